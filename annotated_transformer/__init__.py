@@ -1,0 +1,1 @@
+"""annotated_transformer: the companion package of the annotated-transformer course."""
