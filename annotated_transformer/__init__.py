@@ -1,1 +1,74 @@
-"""annotated_transformer: the companion package of the annotated-transformer course."""
+"""annotated_transformer: the companion package of the annotated-transformer course.
+
+Each module holds what one chapter teaches::
+
+    attention.py   01  scaled dot-product and multi-head attention, the KV cache
+    masking.py     02  padding and causal masks (True = may attend)
+    positional.py  03  sinusoidal, learned, relative, RoPE, ALiBi, none
+    norms.py       04  LayerNorm and RMSNorm from scratch
+    layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
+    config.py      05  TransformerConfig, validated
+    model.py       05  the three architectures, build_model, the parameter count
+"""
+
+from .attention import KVCache, MultiHeadAttention, attention
+from .config import TransformerConfig
+from .layers import DecoderLayer, EncoderLayer, FeedForward, Residual
+from .masking import causal_mask, combine_masks, decoder_mask, padding_mask
+from .model import (
+    DecoderCache,
+    DecoderOnlyTransformer,
+    EncoderDecoderTransformer,
+    EncoderOnlyTransformer,
+    build_model,
+    count_parameters,
+    parameter_count,
+)
+from .norms import LayerNorm, RMSNorm, build_norm
+from .positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_slopes,
+    sinusoidal_shift_matrix,
+    sinusoidal_table,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALiBi",
+    "DecoderCache",
+    "DecoderLayer",
+    "DecoderOnlyTransformer",
+    "EncoderDecoderTransformer",
+    "EncoderLayer",
+    "EncoderOnlyTransformer",
+    "FeedForward",
+    "KVCache",
+    "LayerNorm",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "PositionalEncoding",
+    "RMSNorm",
+    "RelativePositionBias",
+    "Residual",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+    "TransformerConfig",
+    "alibi_slopes",
+    "attention",
+    "build_model",
+    "build_norm",
+    "causal_mask",
+    "combine_masks",
+    "count_parameters",
+    "decoder_mask",
+    "padding_mask",
+    "parameter_count",
+    "sinusoidal_shift_matrix",
+    "sinusoidal_table",
+]

@@ -1,0 +1,243 @@
+"""Scaled dot-product attention and multi-head attention (chapter 01).
+
+Vaswani et al. 2017, §3.2.1, eq. (1):
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
+
+Masks are boolean, True = "may attend" (see :mod:`annotated_transformer.masking`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .masking import combine_masks
+
+# A hook that rotates queries or keys by their absolute positions (RoPE): (x [B, H, T, d_k],
+# offset) -> rotated x, where the first of the T positions is ``offset``.
+RotaryHook = Callable[[Tensor, int], Tensor]
+
+
+def attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout: nn.Module | None = None,
+    *,
+    bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The explicit softmax(QKᵀ/√d_k + bias)V, returning the attention weights too.
+
+    Args:
+        query: ``[..., T_q, d_k]``.
+        key: ``[..., T_k, d_k]``.
+        value: ``[..., T_k, d_v]``.
+        mask: bool, True = may attend, broadcastable to ``[..., T_q, T_k]``.
+        dropout: applied to the attention weights (as in the paper's reference code), or None.
+        bias: float, added to the logits before the softmax (relative-position bias, ALiBi),
+            broadcastable to ``[..., T_q, T_k]``.
+
+    Returns:
+        ``(output [..., T_q, d_v], weights [..., T_q, T_k])``. A query whose keys are all masked
+        gets all-zero weights and a zero output, never NaN.
+    """
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # [..., T_q, T_k]
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        # The most negative finite number, not -inf: a fully masked row then softmaxes to a uniform
+        # row (finite values and gradients) that we zero below, instead of 0/0 = NaN.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # [..., T_q, T_k]
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # [..., T_q, d_v], [..., T_q, T_k]
+
+
+def causal_mask_with_offset(query_len: int, key_len: int, device: torch.device) -> Tensor:
+    """Causal mask when the queries are the *last* ``query_len`` of ``key_len`` positions.
+
+    With a key/value cache holding ``key_len - query_len`` earlier positions, query ``i`` sits at
+    absolute position ``i + key_len - query_len`` and may attend to keys up to there.
+
+    Returns:
+        bool ``[query_len, key_len]``.
+    """
+    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=key_len - query_len)
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the positions seen so far, for incremental decoding.
+
+    Self-attention appends the new positions on every call. Cross-attention fills the cache once
+    with the projected encoder memory and reuses it on every later step.
+    """
+
+    key: Tensor | None = None  # [B, H, T_cache, d_k]
+    value: Tensor | None = None  # [B, H, T_cache, d_k]
+
+    def __len__(self) -> int:
+        return 0 if self.key is None else self.key.size(-2)
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions ``[B, H, T_new, d_k]`` and return all keys and values so far."""
+        if self.key is None:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=-2)  # [B, H, T_cache + T_new, d_k]
+            self.value = torch.cat([self.value, value], dim=-2)
+        return self.key, self.value
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
+        if self.key is not None:
+            self.key = self.key.index_select(0, index)
+            self.value = self.value.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, Vaswani et al. 2017 §3.2.2.
+
+    ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
+
+    The three input projections are stored as one ``[3·d_model, d_model]`` matrix ``qkv`` (rows
+    ``W^Q``, then ``W^K``, then ``W^V``; the same layout as ``nn.MultiheadAttention.in_proj_weight``)
+    so that self-attention projects in one matrix multiply.
+
+    Two paths compute the same thing: the efficient one calls ``F.scaled_dot_product_attention``
+    (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls :func:`attention` and
+    is taken when the weights are requested (``need_weights=True``) or ``use_sdpa`` is False.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if d_model <= 0 or n_heads <= 0:
+            raise ValueError(f"d_model and n_heads must be positive, got {d_model} and {n_heads}")
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}: "
+                f"each head gets d_model / n_heads dimensions"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} is not in [0, 1)")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
+        self.out = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.dropout = nn.Dropout(dropout)
+        self.use_sdpa = True
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)  # [B, H, T, d_k]
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.d_model)  # [B, T, d_model]
+
+    def project(self, query: Tensor, key_value: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Project inputs to per-head queries, keys and values, each ``[B, H, T, d_k]``."""
+        if key_value is None:  # self-attention: one fused matmul
+            q, k, v = self.qkv(query).split(self.d_model, dim=-1)  # 3 × [B, T, d_model]
+        else:  # cross-attention: queries from the decoder, keys and values from the memory
+            weight_q, weight_kv = self.qkv.weight.split([self.d_model, 2 * self.d_model])
+            bias_q = bias_kv = None
+            if self.qkv.bias is not None:
+                bias_q, bias_kv = self.qkv.bias.split([self.d_model, 2 * self.d_model])
+            q = F.linear(query, weight_q, bias_q)  # [B, T_q, d_model]
+            k, v = F.linear(key_value, weight_kv, bias_kv).split(self.d_model, dim=-1)
+        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+
+    def forward(
+        self,
+        query: Tensor,
+        key_value: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        position_bias: Tensor | None = None,
+        rotary: RotaryHook | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``query`` to ``key_value`` (or to itself when ``key_value`` is None).
+
+        Args:
+            query: ``[B, T_q, d_model]``.
+            key_value: ``[B, T_k, d_model]`` for cross-attention, None for self-attention.
+            mask: bool, True = may attend, broadcastable to ``[B, H, T_q, T_k]``.
+            is_causal: add the causal mask (offset by the cache length when a cache is used);
+                without other masks or biases this takes the fused causal kernel.
+            position_bias: float ``[1 or B, H, T_q, T_k]`` added to the logits (relative, ALiBi).
+            rotary: rotates queries and keys by position (RoPE) before the dot product.
+            cache: for incremental decoding; see :class:`KVCache`.
+            need_weights: return the attention weights (takes the explicit path).
+
+        Returns:
+            ``(output [B, T_q, d_model], weights [B, H, T_q, T_k] or None)``.
+        """
+        cross = key_value is not None
+        if cross and cache is not None and cache.key is not None:
+            # Encoder memory was projected on the first step; only the queries are new.
+            q = self._split_heads(F.linear(query, *self._query_params()))
+            k, v = cache.key, cache.value
+        else:
+            q, k, v = self.project(query, key_value)  # [B, H, T, d_k] each
+            offset = 0 if cache is None or cross else len(cache)
+            if rotary is not None:
+                q, k = rotary(q, offset), rotary(k, offset)
+            if cache is not None:
+                k, v = cache.append(k, v)  # [B, H, T_cache + T_q, d_k]
+        query_len, key_len = q.size(-2), k.size(-2)
+
+        causal_only = is_causal and mask is None and position_bias is None and query_len == key_len
+        if is_causal and not causal_only:
+            mask = combine_masks(mask, causal_mask_with_offset(query_len, key_len, q.device))
+
+        if need_weights or not self.use_sdpa:
+            output, weights = attention(q, k, v, mask, self.dropout, bias=position_bias)
+        else:
+            output, weights = self._sdpa(q, k, v, mask, position_bias, causal_only), None
+        return self.out(self._merge_heads(output)), weights
+
+    def _query_params(self) -> tuple[Tensor, Tensor | None]:
+        weight_q = self.qkv.weight[: self.d_model]
+        bias_q = None if self.qkv.bias is None else self.qkv.bias[: self.d_model]
+        return weight_q, bias_q
+
+    def _sdpa(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        position_bias: Tensor | None,
+        is_causal: bool,
+    ) -> Tensor:
+        dropout_p = self.dropout.p if self.training else 0.0
+        attn_mask: Tensor | None = mask
+        if position_bias is not None:
+            attn_mask = position_bias.to(q.dtype)
+            if mask is not None:
+                attn_mask = attn_mask.masked_fill(~mask, torch.finfo(q.dtype).min)
+        output = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+        )  # [B, H, T_q, d_k]
+        if mask is not None:
+            # Same contract as the explicit path: a query with no visible key outputs zeros.
+            output = output.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        return output

@@ -1,0 +1,192 @@
+"""The feed-forward sublayer, residual connections, and the encoder and decoder layers
+(chapters 04 and 05).
+
+Where the norm goes is a switch (``norm_position``):
+
+- ``post`` (the paper, §3.1): ``x = Norm(x + Dropout(Sublayer(x)))``;
+- ``pre`` (GPT-2 and most models since): ``x = x + Dropout(Sublayer(Norm(x)))``, with one more norm
+  after the last layer of the stack (see ``TransformerConfig.final_norm``).
+
+(The Annotated Transformer's code is pre-norm while its text says post-norm; here it is a named
+choice, and both are tested against ``torch.nn.TransformerEncoderLayer(norm_first=...)``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention, RotaryHook
+from .config import TransformerConfig
+from .norms import build_norm
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network, §3.3: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
+
+    Dropout after the activation follows the reference implementations (tensor2tensor,
+    ``torch.nn.TransformerEncoderLayer``, The Annotated Transformer).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        activations = {"relu": F.relu, "gelu": F.gelu}
+        if activation not in activations:
+            raise ValueError(f"activation={activation!r} is not one of: {', '.join(activations)}")
+        self.activation = activations[activation]
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x``: ``[B, T, d_model]``; returns the same shape."""
+        hidden = self.dropout(self.activation(self.linear1(x)))  # [B, T, d_ff]
+        return self.linear2(hidden)  # [B, T, d_model]
+
+
+class Residual(nn.Module):
+    """A sublayer wrapped in dropout, a residual connection and a norm, pre or post.
+
+    With ``residual=False`` the skip connection is dropped (an ablation that shows why it is there).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.norm = build_norm(config.norm, config.d_model, config.norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm_position == "pre"
+        self.residual = config.residual
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """``x``: ``[B, T, d_model]``; ``sublayer`` maps it to the same shape."""
+        skip = x if self.residual else 0.0
+        if self.pre_norm:
+            return skip + self.dropout(sublayer(self.norm(x)))
+        return self.norm(skip + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a :class:`Residual`.
+
+    The same layer serves the encoder (bidirectional) and decoder-only models (``is_causal=True``).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attention = MultiHeadAttention(
+            config.d_model, config.n_heads, config.attention_dropout_p, config.bias
+        )
+        self.feed_forward = FeedForward(
+            config.d_model, config.d_ff, config.dropout, config.activation, config.bias
+        )
+        self.attention_block = Residual(config)
+        self.feed_forward_block = Residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        position_bias: Tensor | None = None,
+        rotary: RotaryHook | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x``: ``[B, T, d_model]``. Returns ``(x [B, T, d_model], weights [B, H, T, T] or None)``."""
+        weights: list[Tensor | None] = []
+
+        def self_attend(h: Tensor) -> Tensor:
+            output, attention_weights = self.self_attention(
+                h,
+                mask=mask,
+                is_causal=is_causal,
+                position_bias=position_bias,
+                rotary=rotary,
+                cache=cache,
+                need_weights=need_weights,
+            )
+            weights.append(attention_weights)
+            return output
+
+        x = self.attention_block(x, self_attend)
+        x = self.feed_forward_block(x, self.feed_forward)
+        return x, weights[0]
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output, then feed-forward (§3.1)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        attention_args = (config.d_model, config.n_heads, config.attention_dropout_p, config.bias)
+        self.self_attention = MultiHeadAttention(*attention_args)
+        self.cross_attention = MultiHeadAttention(*attention_args)
+        self.feed_forward = FeedForward(
+            config.d_model, config.d_ff, config.dropout, config.activation, config.bias
+        )
+        self.self_attention_block = Residual(config)
+        self.cross_attention_block = Residual(config)
+        self.feed_forward_block = Residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        *,
+        is_causal: bool = True,
+        position_bias: Tensor | None = None,
+        rotary: RotaryHook | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None]]:
+        """Decode one layer.
+
+        Args:
+            x: ``[B, T, d_model]`` target-side states.
+            memory: ``[B, S, d_model]`` encoder output.
+            self_mask: bool, broadcastable to ``[B, H, T, T]`` (padding; causality via is_causal).
+            memory_mask: bool, broadcastable to ``[B, H, T, S]`` (source padding).
+
+        Returns:
+            ``(x [B, T, d_model], (self weights [B, H, T, T], cross weights [B, H, T, S]))``, the
+            weights None unless ``need_weights``.
+        """
+        weights: list[Tensor | None] = []
+
+        def self_attend(h: Tensor) -> Tensor:
+            output, attention_weights = self.self_attention(
+                h,
+                mask=self_mask,
+                is_causal=is_causal,
+                position_bias=position_bias,
+                rotary=rotary,
+                cache=self_cache,
+                need_weights=need_weights,
+            )
+            weights.append(attention_weights)
+            return output
+
+        def cross_attend(h: Tensor) -> Tensor:
+            output, attention_weights = self.cross_attention(
+                h, memory, memory_mask, cache=cross_cache, need_weights=need_weights
+            )
+            weights.append(attention_weights)
+            return output
+
+        x = self.self_attention_block(x, self_attend)
+        x = self.cross_attention_block(x, cross_attend)
+        x = self.feed_forward_block(x, self.feed_forward)
+        return x, (weights[0], weights[1])

@@ -1,0 +1,53 @@
+"""Normalisation layers written from scratch (chapter 04).
+
+- LayerNorm (Ba et al. 2016): ``y = (x - mean) / sqrt(var + eps) * gain + bias``, statistics
+  over the feature dimension of each position; ``var`` is the biased (population) variance.
+- RMSNorm (Zhang & Sennrich 2019): ``y = x / sqrt(mean(x²) + eps) * gain``; no centring, no bias,
+  cheaper, and in practice as good.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+NORM_CHOICES = ("layernorm", "rmsnorm")
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation over the last dimension; matches ``torch.nn.LayerNorm(d_model, eps)``."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # gain
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x``: ``[..., d_model]``; returns the same shape."""
+        mean = x.mean(dim=-1, keepdim=True)  # [..., 1]
+        variance = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # [..., 1], biased
+        return (x - mean) * torch.rsqrt(variance + self.eps) * self.weight + self.bias
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation; matches ``torch.nn.RMSNorm(d_model, eps)``."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))  # gain
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x``: ``[..., d_model]``; returns the same shape."""
+        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # [..., 1]
+        return x * torch.rsqrt(mean_square + self.eps) * self.weight
+
+
+def build_norm(name: str, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """The normalisation layer called ``name`` (one of :data:`NORM_CHOICES`)."""
+    if name == "layernorm":
+        return LayerNorm(d_model, eps)
+    if name == "rmsnorm":
+        return RMSNorm(d_model, eps)
+    raise ValueError(f"norm={name!r} is not one of: {', '.join(NORM_CHOICES)}")
