@@ -1,0 +1,5 @@
+"""Data sets of the course (chapter 08): finding files, and turning them into batches."""
+
+from .files import DATA_FILES, ChecksumError, DataNotFoundError, cache_dir, fetch
+
+__all__ = ["DATA_FILES", "ChecksumError", "DataNotFoundError", "cache_dir", "fetch"]
