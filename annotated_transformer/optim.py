@@ -1,0 +1,214 @@
+"""Optimisers and learning-rate schedules (chapter 06).
+
+Step numbering, the one convention of this module. Every schedule takes ``step``, the 1-based
+number of the optimizer update the rate is for: ``step=1`` is the first ``optimizer.step()``.
+This is the paper's ``step_num`` (Vaswani et al. 2017, §5.3). :func:`build_scheduler` follows
+it: after ``k`` calls of ``scheduler.step()`` (one per update), the optimizer's learning rate is
+``schedule(k + 1)``, the rate for the next update.
+
+Why spell it out: :class:`torch.optim.lr_scheduler.LambdaLR` calls its lambda with
+``last_epoch``, the number of ``scheduler.step()`` calls so far, which starts at 0. The
+Annotated Transformer passes that straight to its ``rate`` and maps step 0 to step 1, so its
+first two updates both use ``rate(1)`` and every later update runs one step behind the formula.
+Call ``scheduler.step()`` once per optimizer update, not once per micro-batch under gradient
+accumulation, or the schedule runs ``accumulation`` times too fast.
+
+The schedules set absolute learning rates: :func:`build_scheduler` sets each parameter group's
+base rate to 1.0, so LambdaLR's multiplier is the learning rate itself and the ``lr`` given to
+:func:`build_optimizer` is replaced from the first update on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+OPTIMIZER_CHOICES = ("adam", "adamw")
+SCHEDULE_CHOICES = ("constant", "noam", "warmup_cosine")
+
+
+def _check_step(step: int, caller: str) -> None:
+    if step < 0:
+        raise ValueError(f"{caller}: step must be >= 0, got {step}")
+
+
+def constant_lr(step: int, *, lr: float) -> float:
+    """The same learning rate ``lr`` at every step."""
+    _check_step(step, "constant_lr")
+    if lr < 0:
+        raise ValueError(f"constant_lr: lr must be >= 0, got {lr}")
+    return lr
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The paper's schedule (Vaswani et al. 2017, §5.3), times ``factor``.
+
+    ``factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)``: linear growth for
+    ``warmup`` steps, then decay as ``1 / sqrt(step)``. The peak is at ``step == warmup`` and
+    equals ``factor * (d_model * warmup)**-0.5``.
+
+    Step 0 returns 0.0, the formula's limit as ``step -> 0`` (``step**-0.5`` would divide by
+    zero). :func:`build_scheduler` never asks for it: its first update is step 1.
+    """
+    _check_step(step, "noam_lr")
+    if d_model <= 0:
+        raise ValueError(f"noam_lr: d_model must be > 0, got {d_model}")
+    if warmup <= 0:
+        raise ValueError(f"noam_lr: warmup must be > 0, got {warmup}")
+    if factor <= 0:
+        raise ValueError(f"noam_lr: factor must be > 0, got {factor}")
+    if step == 0:
+        return 0.0
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def warmup_cosine_lr(
+    step: int, *, max_lr: float, warmup: int, total_steps: int, min_lr: float = 0.0
+) -> float:
+    """Linear warmup from 0 to ``max_lr``, then a half cosine down to ``min_lr``.
+
+    ``step / warmup * max_lr`` for ``step <= warmup``; from ``warmup`` to ``total_steps`` the
+    rate falls along ``min_lr + (max_lr - min_lr) * (1 + cos(pi * progress)) / 2`` with
+    ``progress`` going from 0 to 1; after ``total_steps`` it stays at ``min_lr``. With
+    ``warmup=0`` the first update already runs at (almost) ``max_lr``.
+    """
+    _check_step(step, "warmup_cosine_lr")
+    if warmup < 0:
+        raise ValueError(f"warmup_cosine_lr: warmup must be >= 0, got {warmup}")
+    if total_steps <= warmup:
+        raise ValueError(
+            f"warmup_cosine_lr: total_steps must be > warmup, got total_steps={total_steps}, "
+            f"warmup={warmup}"
+        )
+    if not 0 <= min_lr <= max_lr:
+        raise ValueError(
+            f"warmup_cosine_lr: need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}"
+        )
+    if step < warmup:
+        return max_lr * step / warmup
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup) / (total_steps - warmup)
+    return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def schedule_lr(name: str, step: int, **kwargs: Any) -> float:
+    """The learning rate of schedule ``name`` (one of :data:`SCHEDULE_CHOICES`) at ``step``.
+
+    ``kwargs`` are the schedule's own arguments, e.g.
+    ``schedule_lr("noam", 4000, d_model=512, warmup=4000)``.
+    """
+    if name == "constant":
+        return constant_lr(step, **kwargs)
+    if name == "noam":
+        return noam_lr(step, **kwargs)
+    if name == "warmup_cosine":
+        return warmup_cosine_lr(step, **kwargs)
+    raise ValueError(f"schedule={name!r} is not one of: {', '.join(SCHEDULE_CHOICES)}")
+
+
+class ScheduleMultiplier:
+    """The ``lr_lambda`` that :func:`build_scheduler` gives LambdaLR.
+
+    A callable object rather than a closure because LambdaLR's ``state_dict`` saves a callable
+    object's ``__dict__`` but silently drops functions and lambdas. Its attributes are plain
+    data (a name and numbers), so a checkpoint also loads with ``torch.load(weights_only=True)``.
+    """
+
+    def __init__(self, name: str, kwargs: dict[str, Any]) -> None:
+        if name not in SCHEDULE_CHOICES:
+            raise ValueError(f"schedule={name!r} is not one of: {', '.join(SCHEDULE_CHOICES)}")
+        self.name = name
+        self.kwargs = dict(kwargs)
+
+    def __call__(self, scheduler_steps: int) -> float:
+        # LambdaLR passes the number of scheduler.step() calls so far, i.e. updates done; the
+        # rate it sets is for the next update, number scheduler_steps + 1.
+        return schedule_lr(self.name, scheduler_steps + 1, **self.kwargs)
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
+        return f"ScheduleMultiplier({self.name!r}, {arguments})"
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, name: str, **kwargs: Any) -> LambdaLR:
+    """A LambdaLR that sets the optimizer's learning rate to schedule ``name``.
+
+    Args:
+        optimizer: the optimizer to drive; every parameter group gets the same rate.
+        name: one of :data:`SCHEDULE_CHOICES`.
+        **kwargs: the schedule's arguments: ``lr`` for ``constant``; ``d_model``, ``warmup``,
+            ``factor`` for ``noam``; ``max_lr``, ``warmup``, ``total_steps``, ``min_lr`` for
+            ``warmup_cosine``.
+
+    After ``k`` calls of ``scheduler.step()``, every group's ``lr`` equals
+    ``schedule_lr(name, k + 1, **kwargs)`` (see the module docstring for why ``k + 1``). Save
+    and restore both ``optimizer.state_dict()`` and ``scheduler.state_dict()``; the scheduler's
+    state carries the schedule's arguments, so loading it also restores them.
+    """
+    multiplier = ScheduleMultiplier(name, kwargs)
+    # Fail on missing or wrong schedule arguments before touching the optimizer.
+    multiplier(0)
+    for group in optimizer.param_groups:
+        # LambdaLR multiplies each group's base rate ("initial_lr") by the lambda: with a base
+        # of 1.0 the lambda's value is the learning rate itself, exactly.
+        group["initial_lr"] = 1.0
+    return LambdaLR(optimizer, lr_lambda=multiplier)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split the trainable parameters into a decayed and a not-decayed group.
+
+    The rule (nanoGPT's): a parameter with ``ndim >= 2`` is decayed (the weight matrices of
+    linear layers, and embeddings), one with ``ndim < 2`` is not (biases, the gains and biases of
+    LayerNorm/RMSNorm). Biases and gains are few and set offsets and scales, not interactions
+    between inputs; pulling a gain towards 0 would shrink its layer's output, not regularise
+    it. Embeddings are decayed because the paper ties the embedding
+    to the pre-softmax linear layer (§3.4), and a tied matrix is both. The rule reads shapes,
+    not module types, so it covers custom layers and tied weights (each parameter appears once).
+
+    Returns:
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others,
+        "weight_decay": 0.0}]``, leaving out a group that would be empty. Frozen parameters
+        (``requires_grad=False``) are left out.
+    """
+    decayed = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    not_decayed = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [
+        {"params": decayed, "weight_decay": weight_decay},
+        {"params": not_decayed, "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def build_optimizer(
+    model: nn.Module,
+    name: str = "adamw",
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+) -> torch.optim.Optimizer:
+    """Adam or AdamW over :func:`parameter_groups` of ``model``.
+
+    Args:
+        model: the module whose trainable parameters to optimise.
+        name: one of :data:`OPTIMIZER_CHOICES`. ``adamw`` decays the weights directly
+            (decoupled, Loshchilov & Hutter 2019); ``adam`` adds ``weight_decay * w`` to the
+            gradient (L2), which Adam then rescales per parameter.
+        lr: the learning rate; a scheduler from :func:`build_scheduler` replaces it.
+        weight_decay: for the ``ndim >= 2`` parameters. The paper used Adam without decay:
+            ``build_optimizer(model, "adam", weight_decay=0.0)``.
+        betas, eps: the paper's values (§5.3) by default, not torch's (0.9, 0.999) and 1e-8.
+    """
+    if name not in OPTIMIZER_CHOICES:
+        raise ValueError(f"optimizer={name!r} is not one of: {', '.join(OPTIMIZER_CHOICES)}")
+    if weight_decay < 0:
+        raise ValueError(f"build_optimizer: weight_decay must be >= 0, got {weight_decay}")
+    groups = parameter_groups(model, weight_decay)
+    optimizer_class = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    return optimizer_class(groups, lr=lr, betas=betas, eps=eps)
