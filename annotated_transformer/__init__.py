@@ -9,11 +9,15 @@ Each module holds what one chapter teaches::
     layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
     config.py      05  TransformerConfig, validated
     model.py       05  the three architectures, build_model, the parameter count
+    optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
+    losses.py      07  label smoothing as a KL divergence / cross-entropy
+    data/          08  data files: local copy, cache, verified download
 """
 
 from .attention import KVCache, MultiHeadAttention, attention
 from .config import TransformerConfig
 from .layers import DecoderLayer, EncoderLayer, FeedForward, Residual
+from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask
 from .model import (
     DecoderCache,
@@ -25,6 +29,15 @@ from .model import (
     parameter_count,
 )
 from .norms import LayerNorm, RMSNorm, build_norm
+from .optim import (
+    OPTIMIZER_CHOICES,
+    SCHEDULE_CHOICES,
+    build_optimizer,
+    build_scheduler,
+    noam_lr,
+    parameter_groups,
+    warmup_cosine_lr,
+)
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -40,6 +53,9 @@ from .positional import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "OPTIMIZER_CHOICES",
+    "SCHEDULE_CHOICES",
+    "SMOOTHING_CONVENTIONS",
     "ALiBi",
     "DecoderCache",
     "DecoderLayer",
@@ -49,6 +65,7 @@ __all__ = [
     "EncoderOnlyTransformer",
     "FeedForward",
     "KVCache",
+    "LabelSmoothingLoss",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
@@ -63,12 +80,19 @@ __all__ = [
     "attention",
     "build_model",
     "build_norm",
+    "build_optimizer",
+    "build_scheduler",
     "causal_mask",
     "combine_masks",
     "count_parameters",
     "decoder_mask",
+    "entropy",
+    "noam_lr",
     "padding_mask",
     "parameter_count",
+    "parameter_groups",
     "sinusoidal_shift_matrix",
     "sinusoidal_table",
+    "smoothed_targets",
+    "warmup_cosine_lr",
 ]
