@@ -204,11 +204,19 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)  # [B, H, T_cache + T_q, d_k]
         query_len, key_len = q.size(-2), k.size(-2)
 
-        causal_only = is_causal and mask is None and position_bias is None and query_len == key_len
+        explicit = need_weights or not self.use_sdpa
+        # Only the fused kernel can apply causality without a mask tensor; the explicit path needs one.
+        causal_only = (
+            is_causal
+            and not explicit
+            and mask is None
+            and position_bias is None
+            and query_len == key_len
+        )
         if is_causal and not causal_only:
             mask = combine_masks(mask, causal_mask_with_offset(query_len, key_len, q.device))
 
-        if need_weights or not self.use_sdpa:
+        if explicit:
             output, weights = attention(q, k, v, mask, self.dropout, bias=position_bias)
         else:
             output, weights = self._sdpa(q, k, v, mask, position_bias, causal_only), None
