@@ -1,0 +1,570 @@
+"""attention.py against F.scaled_dot_product_attention and torch.nn.MultiheadAttention.
+
+Everything runs in float64 so that two implementations of the same formula agree to ~1e-12; a
+looser tolerance would hide a wrong scale or a mask applied one position off.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import annotated_transformer as at
+from annotated_transformer.attention import KVCache, MultiHeadAttention, attention
+from annotated_transformer.masking import (
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    to_torch_blocked,
+)
+
+DTYPE = torch.float64
+TIGHT = {"rtol": 1e-10, "atol": 1e-12}
+D_MODEL, N_HEADS = 16, 4
+D_K = D_MODEL // N_HEADS
+
+
+def randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=DTYPE)
+
+
+def random_mask(*shape: int, keep: float = 0.6) -> torch.Tensor:
+    """A random bool mask (True = may attend) in which every query row sees at least one key."""
+    mask = torch.rand(*shape) < keep
+    mask[..., 0] = True
+    return mask
+
+
+def make_mha(bias: bool = True, dropout: float = 0.0) -> MultiHeadAttention:
+    """Our MultiHeadAttention in float64 with non-trivial biases, in eval mode."""
+    mha = MultiHeadAttention(D_MODEL, N_HEADS, dropout=dropout, bias=bias).to(DTYPE).eval()
+    if bias:
+        with torch.no_grad():  # the default init sets biases to 0, which would hide a lost bias
+            mha.qkv.bias.normal_()
+            mha.out.bias.normal_()
+    return mha
+
+
+def torch_mha_like(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    """torch.nn.MultiheadAttention (batch_first) holding a copy of our weights."""
+    bias = ours.qkv.bias is not None
+    reference = nn.MultiheadAttention(ours.d_model, ours.n_heads, bias=bias, batch_first=True)
+    reference = reference.to(DTYPE).eval()
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(ours.qkv.weight)
+        reference.out_proj.weight.copy_(ours.out.weight)
+        if bias:
+            reference.in_proj_bias.copy_(ours.qkv.bias)
+            reference.out_proj.bias.copy_(ours.out.bias)
+    return reference
+
+
+def sdpa_float_mask(mask: torch.Tensor | None, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """Our (bool mask, float bias) pair as the one float attn_mask SDPA adds to the logits."""
+    if bias is None:
+        return mask
+    if mask is None:
+        return bias
+    return bias.masked_fill(~mask, float("-inf"))
+
+
+def full_causal(mha: MultiHeadAttention, x: torch.Tensor, **options) -> torch.Tensor:
+    output, _ = mha(x, is_causal=True, **options)
+    return output
+
+
+# ---------------------------------------------------------------------------------------------
+# attention() against F.scaled_dot_product_attention
+
+BATCH, T_Q, T_K = 2, 5, 7
+
+
+def masks_for_sdpa_comparison() -> dict[str, torch.Tensor | None]:
+    lengths = torch.tensor([T_K, T_K - 3])
+    key_padding = (torch.arange(T_K)[None, :] < lengths[:, None])[:, None, None, :]  # [B,1,1,S]
+    return {
+        "none": None,
+        "key_padding_B11S": key_padding,
+        "causal_TT": causal_mask(T_K)[-T_Q:],  # [T_q, T_k]: queries are the last T_q positions
+        "full_BHTS": random_mask(BATCH, N_HEADS, T_Q, T_K),
+    }
+
+
+@pytest.mark.parametrize("mask_name", ["none", "key_padding_B11S", "causal_TT", "full_BHTS"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_attention_matches_torch_sdpa(mask_name, with_bias):
+    torch.manual_seed(0)
+    query, key = randn(BATCH, N_HEADS, T_Q, D_K), randn(BATCH, N_HEADS, T_K, D_K)
+    value = randn(BATCH, N_HEADS, T_K, 3)  # d_v != d_k on purpose
+    mask = masks_for_sdpa_comparison()[mask_name]
+    bias = randn(1, N_HEADS, T_Q, T_K) if with_bias else None
+
+    output, weights = attention(query, key, value, mask, bias=bias)
+    expected = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=sdpa_float_mask(mask, bias)
+    )
+    torch.testing.assert_close(output, expected, **TIGHT)
+    assert weights.shape == (BATCH, N_HEADS, T_Q, T_K)
+
+
+def test_attention_with_causal_mask_matches_torch_sdpa_is_causal():
+    torch.manual_seed(0)
+    query, key, value = randn(2, 3, 6, D_K), randn(2, 3, 6, D_K), randn(2, 3, 6, D_K)
+    output, _ = attention(query, key, value, causal_mask(6))
+    expected = F.scaled_dot_product_attention(query, key, value, is_causal=True)
+    torch.testing.assert_close(output, expected, **TIGHT)
+
+
+def test_attention_weights_rows_sum_to_one_and_are_zero_where_masked():
+    torch.manual_seed(0)
+    query, key, value = randn(2, 3, 6, D_K), randn(2, 3, 8, D_K), randn(2, 3, 8, D_K)
+    mask = torch.rand(2, 3, 6, 8) < 0.5
+    mask[0, 0, 2] = False  # one query row with no visible key at all
+    mask[1, 2, 4] = True  # and one that sees everything
+    _, weights = attention(query, key, value, mask, bias=randn(1, 3, 6, 8))
+
+    assert torch.all(weights[~mask] == 0.0)
+    assert torch.all(weights[mask] > 0.0)
+    row_sums = weights.sum(dim=-1)
+    has_visible_key = mask.any(dim=-1)
+    torch.testing.assert_close(
+        row_sums[has_visible_key], torch.ones_like(row_sums[has_visible_key]), **TIGHT
+    )
+    assert torch.all(row_sums[~has_visible_key] == 0.0)
+
+
+def test_attention_weights_without_mask_equal_softmax_of_scaled_scores():
+    torch.manual_seed(0)
+    query, key, value = randn(2, 5, D_K), randn(2, 4, D_K), randn(2, 4, D_K)
+    _, weights = attention(query, key, value)
+    expected = torch.softmax(query @ key.transpose(-2, -1) / D_K**0.5, dim=-1)
+    torch.testing.assert_close(weights, expected, **TIGHT)
+
+
+def test_attention_fully_masked_query_row_gives_zero_output_and_finite_gradients():
+    torch.manual_seed(0)
+    query = randn(1, 2, 4, D_K).requires_grad_()
+    key = randn(1, 2, 4, D_K).requires_grad_()
+    value = randn(1, 2, 4, D_K).requires_grad_()
+    bias = randn(1, 2, 4, 4).requires_grad_()
+    mask = causal_mask(4).clone()
+    mask[1] = False  # query 1 may attend to nothing
+
+    output, weights = attention(query, key, value, mask, bias=bias)
+    assert torch.isfinite(output).all() and torch.isfinite(weights).all()
+    assert torch.all(output[..., 1, :] == 0.0)
+    assert torch.all(weights[..., 1, :] == 0.0)
+
+    output.square().sum().backward()
+    for tensor in (query, key, value, bias):
+        assert torch.isfinite(tensor.grad).all()
+    assert torch.all(query.grad[..., 1, :] == 0.0)  # the dead row influences nothing
+    assert torch.all(bias.grad[..., 1, :] == 0.0)
+
+
+def test_attention_passes_gradcheck_in_float64_with_mask_and_bias():
+    torch.manual_seed(0)
+    query = randn(2, 1, 3, 4).requires_grad_()
+    key = randn(2, 1, 4, 4).requires_grad_()
+    value = randn(2, 1, 4, 3).requires_grad_()
+    bias = randn(1, 1, 3, 4).requires_grad_()
+    mask = random_mask(2, 1, 3, 4)
+    mask[1, 0, 2] = False  # a fully masked row is part of the contract too
+
+    def function(query, key, value, bias):
+        return attention(query, key, value, mask, bias=bias)
+
+    assert torch.autograd.gradcheck(function, (query, key, value, bias))
+
+
+def test_attention_dropout_acts_on_the_weights():
+    torch.manual_seed(0)
+    query, key, value = randn(2, 6, D_K), randn(2, 6, D_K), randn(2, 6, D_K)
+    dropout = nn.Dropout(0.5).train()
+    dropped_output, dropped = attention(query, key, value, dropout=dropout)
+    _, clean = attention(query, key, value)
+
+    kept = dropped != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(dropped[kept], clean[kept] / 0.5, **TIGHT)
+    torch.testing.assert_close(dropped_output, dropped @ value, **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiHeadAttention against torch.nn.MultiheadAttention
+
+
+def self_attention_masks(batch: int, length: int) -> dict[str, tuple]:
+    """name -> (our mask or None, our is_causal, torch key_padding_mask, torch attn_mask)."""
+    tokens = torch.ones(batch, length, dtype=torch.long)
+    tokens[1, -2:] = 0  # the second sequence ends in two padding positions
+    padding = padding_mask(tokens, pad_id=0)  # [B, 1, 1, T]
+    causal = causal_mask(length)  # [T, T]
+    blocked_padding = to_torch_blocked(padding[:, 0, 0, :])  # [B, T], True = ignore
+    blocked_causal = to_torch_blocked(causal)
+    return {
+        "none": (None, False, None, None),
+        "key_padding": (padding, False, blocked_padding, None),
+        "causal_mask": (causal, False, None, blocked_causal),
+        "is_causal": (None, True, None, blocked_causal),
+        "padding_and_is_causal": (padding, True, blocked_padding, blocked_causal),
+    }
+
+
+SELF_MASKS = ["none", "key_padding", "causal_mask", "is_causal", "padding_and_is_causal"]
+
+
+@pytest.mark.parametrize("mask_name", SELF_MASKS)
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_matches_torch_multihead_attention(mask_name, use_sdpa, bias):
+    torch.manual_seed(0)
+    mha = make_mha(bias=bias)
+    mha.use_sdpa = use_sdpa
+    reference = torch_mha_like(mha)
+    x = randn(2, 6, D_MODEL)
+    mask, is_causal, key_padding_mask, attn_mask = self_attention_masks(2, 6)[mask_name]
+
+    output, weights = mha(x, mask=mask, is_causal=is_causal)
+    expected, _ = reference(
+        x, x, x, key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=False
+    )
+    torch.testing.assert_close(output, expected, **TIGHT)
+    if use_sdpa:
+        assert weights is None  # the fused kernel keeps no [T_q, T_k] weights
+
+
+@pytest.mark.parametrize("mask_name", SELF_MASKS)
+def test_self_attention_weights_match_torch_multihead_attention(mask_name):
+    torch.manual_seed(0)
+    mha = make_mha()
+    reference = torch_mha_like(mha)
+    x = randn(2, 6, D_MODEL)
+    mask, is_causal, key_padding_mask, attn_mask = self_attention_masks(2, 6)[mask_name]
+
+    output, weights = mha(x, mask=mask, is_causal=is_causal, need_weights=True)
+    options = {"key_padding_mask": key_padding_mask, "attn_mask": attn_mask, "need_weights": True}
+    expected, per_head = reference(x, x, x, average_attn_weights=False, **options)
+    _, averaged = reference(x, x, x, average_attn_weights=True, **options)
+
+    torch.testing.assert_close(output, expected, **TIGHT)
+    assert weights.shape == (2, N_HEADS, 6, 6)
+    torch.testing.assert_close(weights, per_head, **TIGHT)
+    torch.testing.assert_close(weights.mean(dim=1), averaged, **TIGHT)
+
+
+@pytest.mark.parametrize(("uses_padding", "uses_attn_mask"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cross_attention_matches_torch_multihead_attention(
+    uses_padding, uses_attn_mask, use_sdpa, bias
+):
+    torch.manual_seed(0)
+    mha = make_mha(bias=bias)
+    mha.use_sdpa = use_sdpa
+    reference = torch_mha_like(mha)
+    target, memory = randn(2, 4, D_MODEL), randn(2, 7, D_MODEL)  # T_q = 4 != T_k = 7
+    source = torch.ones(2, 7, dtype=torch.long)
+    source[0, -3:] = 0
+    padding = padding_mask(source, pad_id=0)  # [B, 1, 1, S]
+    general = random_mask(4, 7)  # [T, S]
+    mask = combine_masks(padding if uses_padding else None, general if uses_attn_mask else None)
+    options = {
+        "key_padding_mask": to_torch_blocked(padding[:, 0, 0, :]) if uses_padding else None,
+        "attn_mask": to_torch_blocked(general) if uses_attn_mask else None,
+    }
+
+    output, _ = mha(target, memory, mask)
+    expected, _ = reference(target, memory, memory, need_weights=False, **options)
+    torch.testing.assert_close(output, expected, **TIGHT)
+
+    output, weights = mha(target, memory, mask, need_weights=True)
+    expected, per_head = reference(
+        target, memory, memory, need_weights=True, average_attn_weights=False, **options
+    )
+    torch.testing.assert_close(output, expected, **TIGHT)
+    torch.testing.assert_close(weights, per_head, **TIGHT)
+
+
+def test_multihead_attention_fails_a_comparison_with_a_wrong_head_count():
+    """The torch comparison can fail: the same weights split into a different number of heads."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    reference = torch_mha_like(mha)
+    wrong = MultiHeadAttention(D_MODEL, N_HEADS // 2).to(DTYPE).eval()
+    wrong.load_state_dict(mha.state_dict())
+    x = randn(2, 6, D_MODEL)
+    expected, _ = reference(x, x, x, need_weights=False)
+    torch.testing.assert_close(mha(x)[0], expected, **TIGHT)
+    assert not torch.allclose(wrong(x)[0], expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"d_model": 10, "n_heads": 4}, "d_model=10 is not divisible by n_heads=4"),
+        ({"d_model": 0, "n_heads": 4}, "d_model and n_heads must be positive"),
+        ({"d_model": 8, "n_heads": 2, "dropout": 1.0}, r"dropout=1.0 is not in \[0, 1\)"),
+    ],
+)
+def test_multihead_attention_rejects_bad_arguments(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**arguments)
+
+
+# ---------------------------------------------------------------------------------------------
+# A query that may attend to nothing, through MultiHeadAttention
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("with_position_bias", [False, True])
+def test_fully_masked_query_row_through_multihead_attention_is_finite(use_sdpa, with_position_bias):
+    torch.manual_seed(0)
+    mha = make_mha()
+    mha.use_sdpa = use_sdpa
+    x = randn(2, 5, D_MODEL).requires_grad_()
+    mask = random_mask(2, 1, 5, 5)
+    mask[0, 0, 3] = False  # batch 0, query 3 sees nothing
+    position_bias = randn(1, N_HEADS, 5, 5) if with_position_bias else None
+
+    output, _ = mha(x, mask=mask, position_bias=position_bias)
+    assert torch.isfinite(output).all()
+    # Zero attention output: what is left is W^O·0 + b^O.
+    torch.testing.assert_close(output[0, 3], mha.out.bias.detach(), **TIGHT)
+
+    output.square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    for name, parameter in mha.named_parameters():
+        assert torch.isfinite(parameter.grad).all(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# The efficient (SDPA) and explicit paths compute the same thing
+
+
+def path_outputs(mha: MultiHeadAttention, *args, **options) -> tuple[torch.Tensor, torch.Tensor]:
+    mha.use_sdpa = True
+    efficient, no_weights = mha(*args, **options)
+    assert no_weights is None
+    mha.use_sdpa = False
+    explicit, _ = mha(*args, **options)
+    mha.use_sdpa = True
+    return efficient, explicit
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "general"])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("bias_kind", ["none", "alibi", "random_per_batch"])
+def test_efficient_and_explicit_paths_agree(mask_kind, is_causal, bias_kind):
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(2, 6, D_MODEL)
+    tokens = torch.ones(2, 6, dtype=torch.long)
+    tokens[1, -2:] = 0
+    mask = {
+        "none": None,
+        "padding": padding_mask(tokens, pad_id=0),
+        "general": random_mask(2, N_HEADS, 6, 6),
+    }[mask_kind]
+    position_bias = {
+        "none": None,
+        "alibi": at.ALiBi(N_HEADS)(6, 6).to(DTYPE),
+        "random_per_batch": randn(2, N_HEADS, 6, 6),
+    }[bias_kind]
+
+    options = {"mask": mask, "is_causal": is_causal, "position_bias": position_bias}
+    efficient, explicit = path_outputs(mha, x, **options)
+    torch.testing.assert_close(efficient, explicit, **TIGHT)
+    with_weights, _ = mha(x, need_weights=True, **options)
+    torch.testing.assert_close(with_weights, efficient, **TIGHT)
+
+
+def test_efficient_and_explicit_paths_agree_for_cross_attention():
+    torch.manual_seed(0)
+    mha = make_mha()
+    target, memory = randn(3, 4, D_MODEL), randn(3, 9, D_MODEL)
+    efficient, explicit = path_outputs(mha, target, memory, random_mask(3, 1, 4, 9))
+    torch.testing.assert_close(efficient, explicit, **TIGHT)
+
+
+def test_is_causal_equals_an_explicit_causal_mask_on_both_paths():
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(2, 7, D_MODEL)
+    for efficient in path_outputs(mha, x, is_causal=True):
+        for explicit in path_outputs(mha, x, mask=causal_mask(7)):
+            torch.testing.assert_close(efficient, explicit, **TIGHT)
+    unmasked, _ = mha(x)
+    assert not torch.allclose(unmasked, mha(x, is_causal=True)[0])
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_dropout_changes_train_output_and_not_eval_output(use_sdpa):
+    torch.manual_seed(0)
+    mha = make_mha(dropout=0.5)
+    mha.use_sdpa = use_sdpa
+    no_dropout = make_mha(dropout=0.0)
+    no_dropout.load_state_dict(mha.state_dict())
+    x = randn(2, 6, D_MODEL)
+
+    evaluated, _ = mha(x)
+    torch.testing.assert_close(evaluated, mha(x)[0], rtol=0, atol=0)
+    torch.testing.assert_close(evaluated, no_dropout(x)[0], **TIGHT)
+    mha.train()
+    trained, _ = mha(x)
+    assert not torch.allclose(trained, evaluated, rtol=1e-3, atol=1e-3)
+
+
+def test_explicit_path_dropout_is_applied_to_the_attention_weights():
+    torch.manual_seed(0)
+    p = 0.5
+    mha = make_mha(dropout=p)
+    x = randn(2, 6, D_MODEL)
+    _, clean = mha(x, need_weights=True)
+    mha.train()
+    output, dropped = mha(x, need_weights=True)
+
+    kept = dropped != 0
+    assert 0 < kept.sum() < kept.numel()
+    # Every weight is either dropped or kept and rescaled by 1/(1-p) ...
+    torch.testing.assert_close(dropped[kept], clean[kept] / (1 - p), **TIGHT)
+    # ... and the output is made from those dropped weights.
+    _, _, value = mha.project(x, None)
+    torch.testing.assert_close(output, mha.out(mha._merge_heads(dropped @ value)), **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------------
+# The KV cache
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("positional", ["none", "rope", "alibi"])
+def test_kv_cache_one_position_at_a_time_equals_full_causal_attention(use_sdpa, positional):
+    torch.manual_seed(0)
+    mha = make_mha()
+    mha.use_sdpa = use_sdpa
+    length = 8
+    x = randn(2, length, D_MODEL)
+    rotary = at.RotaryEmbedding(D_K) if positional == "rope" else None
+    alibi = at.ALiBi(N_HEADS) if positional == "alibi" else None
+
+    def bias(query_len: int, key_len: int, offset: int) -> torch.Tensor | None:
+        return None if alibi is None else alibi(query_len, key_len, offset).to(DTYPE)
+
+    expected = full_causal(mha, x, rotary=rotary, position_bias=bias(length, length, 0))
+    cache = KVCache()
+    steps = []
+    for position in range(length):
+        output, _ = mha(
+            x[:, position : position + 1],
+            is_causal=True,
+            rotary=rotary,
+            position_bias=bias(1, position + 1, position),
+            cache=cache,
+        )
+        steps.append(output)
+        assert len(cache) == position + 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TIGHT)
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("with_rotary", [False, True])
+def test_kv_cache_chunked_prefill_equals_full_causal_attention(use_sdpa, with_rotary):
+    torch.manual_seed(0)
+    mha = make_mha()
+    mha.use_sdpa = use_sdpa
+    x = randn(2, 10, D_MODEL)
+    rotary = at.RotaryEmbedding(D_K) if with_rotary else None
+    expected = full_causal(mha, x, rotary=rotary)
+
+    cache, pieces, start = KVCache(), [], 0
+    for chunk in (4, 2, 1, 3):  # several positions at once into a non-empty cache
+        output, _ = mha(x[:, start : start + chunk], is_causal=True, rotary=rotary, cache=cache)
+        pieces.append(output)
+        start += chunk
+    torch.testing.assert_close(torch.cat(pieces, dim=1), expected, **TIGHT)
+
+
+def test_kv_cache_without_is_causal_lets_a_chunk_see_its_later_positions():
+    """The cache adds no causality of its own: is_causal=True is what hides the future."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(1, 5, D_MODEL)
+    cache = KVCache()
+    mha(x[:, :2], is_causal=True, cache=cache)
+    chunk, _ = mha(x[:, 2:], cache=cache)
+    bidirectional, _ = mha(x)
+    torch.testing.assert_close(chunk, bidirectional[:, 2:], **TIGHT)
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_cross_attention_cache_reuses_memory_keys_and_values(use_sdpa):
+    """Semantics: the first call projects the memory into the cache; later calls read the cache
+    and ignore the ``key_value`` they are given (the encoder memory does not change while
+    decoding). So a different memory on the second call must not change the output."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    mha.use_sdpa = use_sdpa
+    memory, other_memory = randn(2, 7, D_MODEL), randn(2, 7, D_MODEL)
+    memory_mask = random_mask(2, 1, 1, 7)
+    first, second = randn(2, 1, D_MODEL), randn(2, 1, D_MODEL)
+    cache = KVCache()
+
+    output, _ = mha(first, memory, memory_mask, cache=cache)
+    torch.testing.assert_close(output, mha(first, memory, memory_mask)[0], **TIGHT)
+    assert len(cache) == 7
+    cached_key = cache.key.clone()
+
+    output, _ = mha(second, other_memory, memory_mask, cache=cache)
+    torch.testing.assert_close(output, mha(second, memory, memory_mask)[0], **TIGHT)
+    assert not torch.allclose(output, mha(second, other_memory, memory_mask)[0])
+    assert len(cache) == 7  # not appended to
+    torch.testing.assert_close(cache.key, cached_key, rtol=0, atol=0)
+
+
+def test_kv_cache_append_concatenates_along_positions():
+    torch.manual_seed(0)
+    cache = KVCache()
+    assert len(cache) == 0
+    first = randn(2, 3, 4, D_K), randn(2, 3, 4, D_K)
+    second = randn(2, 3, 1, D_K), randn(2, 3, 1, D_K)
+    cache.append(*first)
+    key, value = cache.append(*second)
+    assert len(cache) == 5
+    torch.testing.assert_close(key, torch.cat([first[0], second[0]], dim=2), rtol=0, atol=0)
+    torch.testing.assert_close(value, torch.cat([first[1], second[1]], dim=2), rtol=0, atol=0)
+
+
+def test_kv_cache_reorder_selects_batch_rows():
+    torch.manual_seed(0)
+    cache = KVCache()
+    key, value = randn(3, 2, 4, D_K), randn(3, 2, 4, D_K)
+    cache.append(key, value)
+    index = torch.tensor([2, 0, 0])
+    cache.reorder(index)
+    torch.testing.assert_close(cache.key, key[index], rtol=0, atol=0)
+    torch.testing.assert_close(cache.value, value[index], rtol=0, atol=0)
+
+    empty = KVCache()
+    empty.reorder(index)  # nothing cached yet: nothing to do, no error
+    assert empty.key is None and len(empty) == 0
+
+
+def test_decoding_after_kv_cache_reorder_equals_decoding_the_reordered_batch():
+    """Beam search: reorder the cache mid-decoding, then go on; as if the batch had always been
+    in the new order."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(3, 6, D_MODEL)
+    index = torch.tensor([1, 1, 0])
+    cache = KVCache()
+    for position in range(3):
+        mha(x[:, position : position + 1], is_causal=True, cache=cache)
+    cache.reorder(index)
+    reordered = x[index]
+    steps = [
+        mha(reordered[:, position : position + 1], is_causal=True, cache=cache)[0]
+        for position in range(3, 6)
+    ]
+    expected = full_causal(mha, reordered)[:, 3:]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TIGHT)

@@ -1,0 +1,122 @@
+"""norms.py against torch.nn.LayerNorm and torch.nn.RMSNorm, in float64."""
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from annotated_transformer.norms import NORM_CHOICES, LayerNorm, RMSNorm, build_norm
+
+TIGHT = {"rtol": 1e-12, "atol": 1e-12}
+SHAPES = [(5,), (3, 5), (2, 3, 5), (2, 1, 4, 5)]
+
+
+def with_random_parameters(module: nn.Module) -> nn.Module:
+    """float64 and random gain (and bias): the default ones/zeros would hide a dropped parameter."""
+    module = module.double()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_()
+    return module
+
+
+def copy_parameters(source: nn.Module, target: nn.Module) -> nn.Module:
+    target.load_state_dict(source.state_dict())
+    return target
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+def test_layernorm_matches_torch_layernorm(shape, eps):
+    torch.manual_seed(0)
+    d_model = shape[-1]
+    ours = with_random_parameters(LayerNorm(d_model, eps))
+    reference = copy_parameters(ours, nn.LayerNorm(d_model, eps=eps).double())
+    x = 3 * torch.randn(*shape, dtype=torch.float64) + 1
+    torch.testing.assert_close(ours(x), reference(x), **TIGHT)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+def test_rmsnorm_matches_torch_rmsnorm(shape, eps):
+    torch.manual_seed(0)
+    d_model = shape[-1]
+    ours = with_random_parameters(RMSNorm(d_model, eps))
+    reference = copy_parameters(ours, nn.RMSNorm(d_model, eps=eps).double())
+    x = 3 * torch.randn(*shape, dtype=torch.float64) + 1
+    torch.testing.assert_close(ours(x), reference(x), **TIGHT)
+
+
+def test_layernorm_and_rmsnorm_differ_on_inputs_with_a_mean():
+    """RMSNorm does not centre: the two comparisons above cannot both pass by accident."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, dtype=torch.float64) + 2
+    layer, rms = LayerNorm(6).double(), RMSNorm(6).double()
+    assert not torch.allclose(layer(x), rms(x), atol=1e-2)
+    centred = x - x.mean(dim=-1, keepdim=True)  # with zero mean they coincide
+    torch.testing.assert_close(layer(centred), rms(centred), **TIGHT)
+
+
+def test_layernorm_passes_gradcheck_in_float64():
+    torch.manual_seed(0)
+    norm = with_random_parameters(LayerNorm(5))
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+
+    def function(x, weight, bias):
+        return torch.func.functional_call(norm, {"weight": weight, "bias": bias}, (x,))
+
+    assert torch.autograd.gradcheck(function, (x, norm.weight, norm.bias))
+
+
+def test_rmsnorm_passes_gradcheck_in_float64():
+    torch.manual_seed(0)
+    norm = with_random_parameters(RMSNorm(5))
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+
+    def function(x, weight):
+        return torch.func.functional_call(norm, {"weight": weight}, (x,))
+
+    assert torch.autograd.gradcheck(function, (x, norm.weight))
+
+
+def test_layernorm_with_unit_gain_and_zero_bias_gives_zero_mean_unit_variance():
+    torch.manual_seed(0)
+    eps = 1e-5
+    norm = LayerNorm(64, eps).double()
+    x = 5 * torch.randn(3, 7, 64, dtype=torch.float64) - 2
+    y = norm(x)
+    torch.testing.assert_close(y.mean(dim=-1), torch.zeros(3, 7, dtype=torch.float64), **TIGHT)
+    # Biased variance of the output: exactly var / (var + eps) by construction.
+    variance = x.var(dim=-1, unbiased=False)
+    torch.testing.assert_close(y.var(dim=-1, unbiased=False), variance / (variance + eps), **TIGHT)
+    # With inputs of variance ~25 that is 1 to within eps / 25.
+    torch.testing.assert_close(
+        y.var(dim=-1, unbiased=False), torch.ones(3, 7, dtype=torch.float64), rtol=0, atol=1e-6
+    )
+
+
+def test_rmsnorm_with_unit_gain_gives_unit_root_mean_square():
+    torch.manual_seed(0)
+    norm = RMSNorm(64, eps=0.0).double()
+    y = norm(3 * torch.randn(3, 7, 64, dtype=torch.float64) + 1)
+    torch.testing.assert_close(
+        y.pow(2).mean(dim=-1).sqrt(), torch.ones(3, 7, dtype=torch.float64), **TIGHT
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected_type"), [("layernorm", LayerNorm), ("rmsnorm", RMSNorm)]
+)
+def test_build_norm_returns_the_named_layer_with_its_eps(name, expected_type):
+    norm = build_norm(name, 8, eps=1e-3)
+    assert type(norm) is expected_type
+    assert norm.eps == 1e-3 and norm.weight.shape == (8,)
+
+
+def test_build_norm_rejects_unknown_names_listing_all_choices():
+    assert NORM_CHOICES == ("layernorm", "rmsnorm")
+    with pytest.raises(
+        ValueError, match=re.escape("norm='batchnorm' is not one of: layernorm, rmsnorm")
+    ):
+        build_norm("batchnorm", 8)
