@@ -1,0 +1,362 @@
+"""Decoding: greedy, beam search and sampling, all on the key/value cache (chapter 08).
+
+One interface for both causal architectures:
+
+- decoder-only: ``prompt`` ``[B, T_0]`` (equal lengths; no padding inside a prompt), continued;
+- encoder-decoder: ``src`` ``[B, S]`` (padded with ``pad_id``), decoded from ``bos_id``.
+
+Every function returns the whole sequence (prompt or ``bos_id`` first) as ``[B, T]``; positions
+after a sequence's ``eos_id`` hold ``pad_id``. With ``use_cache=False`` each step recomputes the
+whole prefix (the slow reference the cache is tested against).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .model import DecoderCache, DecoderOnlyTransformer, EncoderDecoderTransformer
+
+
+class _Stepper:
+    """Feeds a growing prefix to a model and returns the logits of its last position."""
+
+    def __init__(self, model: nn.Module, src: Tensor | None, use_cache: bool) -> None:
+        self.model = model
+        self.encoder_decoder = isinstance(model, EncoderDecoderTransformer)
+        if not self.encoder_decoder and not isinstance(model, DecoderOnlyTransformer):
+            raise TypeError(
+                f"decoding needs a decoder-only or encoder-decoder model, got "
+                f"{type(model).__name__} (an encoder-only model has no causal decoder)"
+            )
+        if self.encoder_decoder and src is None:
+            raise ValueError("an encoder-decoder model needs src to decode from")
+        if not self.encoder_decoder and src is not None:
+            raise ValueError("a decoder-only model takes a prompt, not src")
+        self.memory = self.memory_mask = None
+        if self.encoder_decoder:
+            self.memory = model.encode(src)  # [B, S, d_model]
+            self.memory_mask = model.source_mask(src)  # [B, 1, 1, S] or None
+        self.cache: DecoderCache | None = model.new_cache() if use_cache else None
+        self.fed = 0  # how many prefix positions the cache holds
+
+    def __call__(self, prefix: Tensor) -> Tensor:
+        """``prefix``: ``[B, T]``, the whole sequence so far. Returns ``[B, V]`` logits."""
+        new = prefix if self.cache is None else prefix[:, self.fed :]  # [B, T_new]
+        if self.encoder_decoder:
+            logits = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache)
+        else:
+            logits = self.model(new, cache=self.cache)
+        self.fed = prefix.size(1)
+        return logits[:, -1]  # [B, V]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows ``index`` of the batch (beam search)."""
+        if self.cache is not None:
+            self.cache.reorder(index)
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, index)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, index)
+
+
+def _start(
+    model: nn.Module, src: Tensor | None, prompt: Tensor | None, bos_id: int | None
+) -> Tensor:
+    if isinstance(model, EncoderDecoderTransformer):
+        if bos_id is None:
+            raise ValueError("encoder-decoder decoding needs bos_id, the first decoder input")
+        return torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    if prompt is None or prompt.dim() != 2 or prompt.size(1) == 0:
+        raise ValueError("decoder-only decoding needs a prompt of shape [B, T_0] with T_0 >= 1")
+    return prompt
+
+
+def _pad_id(model: nn.Module, eos_id: int | None) -> int:
+    pad = model.config.pad_id
+    return pad if pad is not None else (eos_id if eos_id is not None else 0)
+
+
+@torch.no_grad()
+def _generate(
+    model: nn.Module,
+    choose,
+    src: Tensor | None,
+    prompt: Tensor | None,
+    max_new_tokens: int,
+    bos_id: int | None,
+    eos_id: int | None,
+    use_cache: bool,
+) -> Tensor:
+    """Shared loop of greedy decoding and sampling; ``choose`` maps ``[B, V]`` logits to ``[B]``."""
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    was_training = model.training
+    model.eval()
+    step = _Stepper(model, src, use_cache)
+    tokens = _start(model, src, prompt, bos_id)  # [B, T_0]
+    finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
+    pad = _pad_id(model, eos_id)
+    for _ in range(max_new_tokens):
+        next_token = choose(step(tokens))  # [B]
+        next_token = next_token.masked_fill(finished, pad)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)  # [B, T + 1]
+        if eos_id is not None:
+            finished |= next_token == eos_id
+            if bool(finished.all()):
+                break
+    model.train(was_training)
+    return tokens
+
+
+def greedy_decode(
+    model: nn.Module,
+    *,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    max_new_tokens: int = 64,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Take the most probable token at every step. Returns ``[B, T_0 + n]``."""
+    return _generate(
+        model,
+        lambda logits: logits.argmax(-1),
+        src,
+        prompt,
+        max_new_tokens,
+        bos_id,
+        eos_id,
+        use_cache,
+    )
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to -inf every logit outside the top ``k`` and outside the nucleus of mass ``p``.
+
+    The nucleus (Holtzman et al. 2020) is the smallest set of most probable tokens whose probability
+    sums to at least ``p``; the most probable token is always kept.
+
+    Args:
+        logits: ``[B, V]``.
+    """
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # [B, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # [B, V]
+        probabilities = sorted_logits.softmax(-1)
+        mass_before = probabilities.cumsum(-1) - probabilities  # mass of strictly better tokens
+        drop_sorted = mass_before >= top_p  # keeps the first token whose mass reaches p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample(
+    model: nn.Module,
+    *,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Sample each token from softmax(logits / temperature), optionally top-k / top-p filtered.
+
+    ``temperature=0`` is greedy decoding. Pass a seeded ``generator`` for reproducible samples.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+
+    def choose(logits: Tensor) -> Tensor:
+        if temperature == 0:
+            return logits.argmax(-1)
+        filtered = filter_logits(logits.float() / temperature, top_k, top_p)
+        return torch.multinomial(filtered.softmax(-1), 1, generator=generator)[:, 0]  # [B]
+
+    return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache)
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016, eq. 14).
+
+    A hypothesis scores ``log P(y) / length_penalty(|y|)``; ``alpha = 0`` is the plain log
+    probability (which favours short outputs), Vaswani et al. used ``alpha = 0.6``.
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+@dataclass
+class BeamResult:
+    tokens: Tensor  # [B, T]: the best hypothesis of each input, pad_id after eos
+    scores: Tensor  # [B]: its length-normalised log probability
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    *,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    beam_size: int = 4,
+    max_new_tokens: int = 64,
+    alpha: float = 0.6,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> BeamResult:
+    """Batched beam search with GNMT's length penalty.
+
+    Each input keeps ``beam_size`` live hypotheses. Every step extends each by every token, keeps
+    the ``2·beam_size`` best extensions, moves those that end in ``eos_id`` to the input's finished
+    list (scored ``log P / length_penalty``), and continues the best ``beam_size`` others. An input
+    is done when no live hypothesis can still beat its ``beam_size``-th finished one: a live score
+    ``s < 0`` can at best reach ``s / length_penalty(max length)``, since log probabilities only
+    fall. So the search returns the best hypothesis it can reach, with no early-stopping heuristic.
+
+    The length counts generated tokens, ``eos_id`` included. Hypotheses that reach
+    ``max_new_tokens`` without ``eos_id`` are scored as they stand.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    was_training = model.training
+    model.eval()
+    start = _start(model, src, prompt, bos_id)  # [B, T_0]
+    batch, start_len = start.shape
+    device = start.device
+    expand = torch.arange(batch, device=device).repeat_interleave(beam_size)  # [B·K]
+    step = _Stepper(model, None if src is None else src.index_select(0, expand), use_cache)
+    tokens = start.index_select(0, expand)  # [B·K, T_0]
+    # Only the first beam of each input is live at the start, so the K copies do not repeat.
+    scores = torch.full((batch, beam_size), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    best_possible = length_penalty(max_new_tokens, alpha)
+    own_rows = (torch.arange(batch, device=device) * beam_size)[:, None].repeat(1, beam_size)
+
+    for length in range(1, max_new_tokens + 1):
+        log_probs = step(tokens).float().log_softmax(-1)  # [B·K, V]
+        vocab = log_probs.size(-1)
+        candidates = (scores.view(-1, 1) + log_probs).view(batch, -1)  # [B, K·V]
+        top_scores, top_index = candidates.topk(min(2 * beam_size, candidates.size(-1)), dim=-1)
+        beam_index, token_index = top_index // vocab, top_index % vocab  # [B, 2K]
+
+        next_scores = torch.full((batch, beam_size), float("-inf"), device=device)
+        # Rows of an input with no live hypothesis keep pointing at that input's own rows.
+        next_rows = own_rows.clone()
+        next_tokens = torch.zeros(batch, beam_size, dtype=torch.long, device=device)
+        for b in range(batch):
+            kept = 0
+            for score, beam, token in zip(
+                top_scores[b].tolist(),
+                beam_index[b].tolist(),
+                token_index[b].tolist(),
+                strict=True,
+            ):
+                if done[b] or kept == beam_size or score == float("-inf"):
+                    break
+                row = b * beam_size + beam
+                if eos_id is not None and token == eos_id:
+                    hypothesis = torch.cat([tokens[row, start_len:], tokens.new_tensor([token])])
+                    finished[b].append((score / length_penalty(length, alpha), hypothesis))
+                    continue
+                next_scores[b, kept], next_rows[b, kept], next_tokens[b, kept] = score, row, token
+                kept += 1
+            finished[b].sort(key=lambda item: -item[0])
+            del finished[b][beam_size:]
+            if len(finished[b]) == beam_size:
+                best_live = next_scores[b].max().item()
+                done[b] = done[b] or best_live / best_possible <= finished[b][-1][0]
+        if all(done):
+            break
+        rows = next_rows.view(-1)  # [B·K]
+        tokens = torch.cat([tokens.index_select(0, rows), next_tokens.view(-1, 1)], dim=1)
+        step.reorder(rows)
+        scores = next_scores
+
+    # Inputs that ran out of length: their live hypotheses compete as they stand.
+    for b in range(batch):
+        if done[b]:
+            continue
+        for k in range(beam_size):
+            if scores[b, k].item() > float("-inf"):
+                hypothesis = tokens[b * beam_size + k, start_len:]
+                penalised = scores[b, k].item() / length_penalty(hypothesis.numel(), alpha)
+                finished[b].append((penalised, hypothesis))
+        finished[b].sort(key=lambda item: -item[0])
+
+    model.train(was_training)
+    pad = _pad_id(model, eos_id)
+    best = [finished[b][0] for b in range(batch)]
+    width = max(hypothesis.numel() for _, hypothesis in best)
+    out = torch.full((batch, start_len + width), pad, dtype=torch.long, device=device)
+    out[:, :start_len] = start
+    for b, (_, hypothesis) in enumerate(best):
+        out[b, start_len : start_len + hypothesis.numel()] = hypothesis
+    return BeamResult(out, torch.tensor([score for score, _ in best]))
+
+
+def exhaustive_best(
+    model: nn.Module,
+    vocab_size: int,
+    *,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    max_new_tokens: int,
+    alpha: float = 0.6,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> tuple[Tensor, float]:
+    """The best continuation of one input by enumerating every sequence (tests and exercises).
+
+    Scores exactly as :func:`beam_search`: sequences end at ``eos_id`` or at ``max_new_tokens``.
+    Costs ``vocab_size ** max_new_tokens`` forward passes of the prefix tree: tiny models only.
+    """
+    start = _start(model, src, prompt, bos_id)
+    if start.size(0) != 1:
+        raise ValueError("exhaustive_best takes one input (batch size 1)")
+    step_model = model.eval()
+    best: tuple[float, list[int]] = (-math.inf, [])
+
+    def log_probs(prefix: list[int]) -> Tensor:
+        sequence = torch.cat([start, start.new_tensor([prefix])], dim=1) if prefix else start
+        if isinstance(step_model, EncoderDecoderTransformer):
+            memory = step_model.encode(src)
+            logits = step_model.decode(sequence, memory, step_model.source_mask(src))
+        else:
+            logits = step_model(sequence)
+        return logits[0, -1].float().log_softmax(-1)
+
+    def visit(prefix: list[int], total: float) -> None:
+        nonlocal best
+        if len(prefix) == max_new_tokens:
+            score = total / length_penalty(len(prefix), alpha)
+            best = max(best, (score, prefix))
+            return
+        for token, value in enumerate(log_probs(prefix).tolist()):
+            extended, new_total = [*prefix, token], total + value
+            if eos_id is not None and token == eos_id:
+                best = max(best, (new_total / length_penalty(len(extended), alpha), extended))
+            else:
+                visit(extended, new_total)
+
+    with torch.no_grad():
+        visit([], 0.0)
+    return torch.tensor(best[1]), best[0]

@@ -1,0 +1,245 @@
+"""Decoding: greedy, beam search and sampling, against exhaustive search and uncached decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import annotated_transformer as at
+from annotated_transformer.decode import (
+    beam_search,
+    exhaustive_best,
+    filter_logits,
+    greedy_decode,
+    length_penalty,
+    sample,
+)
+
+VOCAB, EOS, BOS, PAD = 6, 1, 2, 0
+ARCHS = ["decoder-only", "encoder-decoder"]
+
+
+def tiny_model(arch: str, seed: int, positional: str = "sinusoidal", pad_id=None, sharpen=1.5):
+    """A random tiny model; sharpening the weights gives peaked, varied next-token distributions."""
+    config = at.TransformerConfig(
+        arch=arch,
+        vocab_size=VOCAB,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        pad_id=pad_id,
+        positional=positional,
+    )
+    torch.manual_seed(seed)
+    model = at.build_model(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(sharpen)
+    return model.eval()
+
+
+def inputs(arch: str, batch: int = 1) -> dict:
+    if arch == "decoder-only":
+        return {"prompt": torch.tensor([[3, 4], [4, 5], [5, 3]])[:batch]}
+    src = torch.tensor([[3, 4, 5, 0], [4, 4, 3, 3], [5, 0, 0, 0]])[:batch]
+    return {"src": src, "bos_id": BOS}
+
+
+def start_length(arch: str) -> int:
+    return 2 if arch == "decoder-only" else 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("seed", range(6))
+def test_beam_search_finds_the_exhaustive_optimum(arch, seed):
+    model = tiny_model(arch, seed)
+    best, best_score = exhaustive_best(
+        model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
+    )
+    # A beam of (V-1)^(L-1) keeps every live prefix, so the search cannot miss the optimum.
+    result = beam_search(
+        model, beam_size=(VOCAB - 1) ** 3, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
+    )
+    begin = start_length(arch)
+    assert result.tokens[0, begin : begin + best.numel()].tolist() == best.tolist()
+    assert result.scores[0].item() == pytest.approx(best_score, abs=1e-5)
+
+
+def test_narrow_beam_can_miss_the_optimum_but_never_beats_it():
+    """The exhaustive comparison can fail: a beam of 1 misses the optimum for some models."""
+    missed = 0
+    for seed in range(20):
+        model = tiny_model("decoder-only", seed, sharpen=1.0)
+        _, best_score = exhaustive_best(
+            model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.0, **inputs("decoder-only")
+        )
+        narrow = beam_search(
+            model, beam_size=1, max_new_tokens=4, eos_id=EOS, alpha=0.0, **inputs("decoder-only")
+        )
+        assert narrow.scores[0].item() <= best_score + 1e-6
+        missed += narrow.scores[0].item() < best_score - 1e-6
+    assert missed > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_size_one_equals_greedy(arch, seed):
+    # Without a length penalty a finished hypothesis always outscores its live sibling, so a beam
+    # of one follows the argmax path exactly (with alpha > 0 it may keep exploring).
+    model = tiny_model(arch, seed)
+    greedy = greedy_decode(model, max_new_tokens=6, eos_id=EOS, **inputs(arch, 3))
+    beam = beam_search(
+        model, beam_size=1, max_new_tokens=6, eos_id=EOS, alpha=0.0, **inputs(arch, 3)
+    )
+    width = max(greedy.size(1), beam.tokens.size(1))
+    pad = model.config.pad_id if model.config.pad_id is not None else EOS
+
+    def widen(tokens):
+        return torch.nn.functional.pad(tokens, (0, width - tokens.size(1)), value=pad)
+
+    assert torch.equal(widen(greedy), widen(beam.tokens))
+
+
+def test_batched_beam_search_equals_one_input_at_a_time():
+    model = tiny_model("encoder-decoder", 3, pad_id=PAD)
+    batched = beam_search(
+        model, beam_size=3, max_new_tokens=5, eos_id=EOS, **inputs("encoder-decoder", 3)
+    )
+    for index in range(3):
+        single_inputs = {
+            "src": inputs("encoder-decoder", 3)["src"][index : index + 1],
+            "bos_id": BOS,
+        }
+        single = beam_search(model, beam_size=3, max_new_tokens=5, eos_id=EOS, **single_inputs)
+        length = single.tokens.size(1)
+        assert batched.tokens[index, :length].tolist() == single.tokens[0].tolist()
+        assert batched.scores[index].item() == pytest.approx(single.scores[0].item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative", "rope", "alibi"])
+def test_cached_and_uncached_decoding_agree_token_for_token(arch, positional):
+    model = tiny_model(arch, 7, positional=positional, pad_id=PAD)
+    args = dict(max_new_tokens=8, eos_id=EOS, **inputs(arch, 3))
+    assert torch.equal(greedy_decode(model, **args), greedy_decode(model, use_cache=False, **args))
+    cached_beam = beam_search(model, beam_size=3, **args)
+    uncached_beam = beam_search(model, beam_size=3, use_cache=False, **args)
+    assert torch.equal(cached_beam.tokens, uncached_beam.tokens)
+    torch.testing.assert_close(cached_beam.scores, uncached_beam.scores)
+    draws = [
+        sample(
+            model,
+            top_k=4,
+            top_p=0.9,
+            generator=torch.Generator().manual_seed(5),
+            use_cache=c,
+            **args,
+        )
+        for c in (True, False)
+    ]
+    assert torch.equal(draws[0], draws[1])
+
+
+def test_tokens_after_eos_are_padding():
+    model = tiny_model("decoder-only", 0, pad_id=PAD)
+    with torch.no_grad():
+        model.output_projection.weight.zero_()
+        model.output_projection.weight[EOS] = 1.0  # EOS wins unless the features cancel
+    out = greedy_decode(model, prompt=torch.tensor([[3, 4]]), max_new_tokens=5, eos_id=EOS)
+    generated = out[0, 2:].tolist()
+    if EOS in generated:
+        after = generated[generated.index(EOS) + 1 :]
+        assert all(token == PAD for token in after)
+    # Every sequence finished, so decoding stopped before max_new_tokens.
+    assert out.size(1) <= 2 + 5
+
+
+def test_greedy_stops_when_every_sequence_ended():
+    model = tiny_model("decoder-only", 0)
+    with torch.no_grad():
+        model.output_projection.weight.zero_()
+        model.output_projection.weight[EOS].fill_(0.0)
+        model.output_projection.weight.data[:, 0] = 0
+        model.output_projection.weight.data[EOS, :] = 0
+    # Force EOS through a huge bias-like column: make every logit equal except EOS.
+    hook = model.output_projection.register_forward_hook(
+        lambda module, args, output: output.index_fill(-1, torch.tensor([EOS]), 1e3)
+    )
+    out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=10, eos_id=EOS)
+    hook.remove()
+    assert out.tolist() == [[3, 4, EOS], [5, 5, EOS]]
+
+
+def test_filter_logits_matches_brute_force():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 10)
+    kept = filter_logits(logits, top_k=3)
+    for row in range(4):
+        top3 = set(logits[row].topk(3).indices.tolist())
+        assert {i for i in range(10) if kept[row, i] > float("-inf")} == top3
+    nucleus = filter_logits(logits, top_p=0.7)
+    probabilities = logits.softmax(-1)
+    for row in range(4):
+        order = probabilities[row].argsort(descending=True).tolist()
+        mass, expected = 0.0, set()
+        for index in order:  # smallest prefix of the sorted tokens whose mass reaches p
+            expected.add(index)
+            mass += probabilities[row, index].item()
+            if mass >= 0.7:
+                break
+        assert {i for i in range(10) if nucleus[row, i] > float("-inf")} == expected
+
+
+def test_sampling_follows_the_model_distribution():
+    """Empirical frequencies of the first sampled token match softmax(logits / temperature)."""
+    model = tiny_model("decoder-only", 2, sharpen=1.0)
+    prompt = torch.tensor([[3, 4]]).repeat(4000, 1)
+    with torch.no_grad():
+        expected = (model(prompt[:1])[0, -1] / 0.7).softmax(-1)
+    out = sample(
+        model,
+        prompt=prompt,
+        max_new_tokens=1,
+        temperature=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
+    frequencies = torch.bincount(out[:, -1], minlength=VOCAB).float() / 4000
+    torch.testing.assert_close(frequencies, expected, atol=0.03, rtol=0)
+
+
+def test_temperature_zero_is_greedy():
+    model = tiny_model("encoder-decoder", 4)
+    args = dict(max_new_tokens=6, eos_id=EOS, **inputs("encoder-decoder", 3))
+    assert torch.equal(sample(model, temperature=0.0, **args), greedy_decode(model, **args))
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+    assert length_penalty(10, 0.0) == 1.0
+
+
+def test_bad_arguments_give_clear_errors():
+    decoder = tiny_model("decoder-only", 0)
+    translator = tiny_model("encoder-decoder", 0)
+    with pytest.raises(ValueError, match="needs src"):
+        greedy_decode(translator, bos_id=BOS)
+    with pytest.raises(ValueError, match="needs bos_id"):
+        greedy_decode(translator, src=torch.tensor([[3, 4]]))
+    with pytest.raises(ValueError, match="takes a prompt, not src"):
+        greedy_decode(decoder, src=torch.tensor([[3, 4]]))
+    with pytest.raises(ValueError, match="needs a prompt"):
+        greedy_decode(decoder)
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        beam_search(decoder, prompt=torch.tensor([[3]]), beam_size=0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        sample(decoder, prompt=torch.tensor([[3]]), top_p=1.5)
+    encoder = at.build_model(
+        at.TransformerConfig(
+            arch="encoder-only", vocab_size=6, d_model=8, n_heads=2, n_layers=1, d_ff=16
+        )
+    )
+    with pytest.raises(TypeError, match="encoder-only model has no causal decoder"):
+        greedy_decode(encoder, prompt=torch.tensor([[3]]))
