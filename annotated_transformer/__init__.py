@@ -11,11 +11,13 @@ Each module holds what one chapter teaches::
     model.py       05  the three architectures, build_model, the parameter count
     optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
     losses.py      07  label smoothing as a KL divergence / cross-entropy
+    decode.py      08  greedy, beam search and sampling on the KV cache
     data/          08  data files: local copy, cache, verified download
 """
 
 from .attention import KVCache, MultiHeadAttention, attention
 from .config import TransformerConfig
+from .decode import beam_search, greedy_decode, sample
 from .layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask
@@ -78,6 +80,7 @@ __all__ = [
     "TransformerConfig",
     "alibi_slopes",
     "attention",
+    "beam_search",
     "build_model",
     "build_norm",
     "build_optimizer",
@@ -87,10 +90,12 @@ __all__ = [
     "count_parameters",
     "decoder_mask",
     "entropy",
+    "greedy_decode",
     "noam_lr",
     "padding_mask",
     "parameter_count",
     "parameter_groups",
+    "sample",
     "sinusoidal_shift_matrix",
     "sinusoidal_table",
     "smoothed_targets",
