@@ -187,14 +187,19 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if d_k % 2 != 0:
             raise ValueError(f"rope needs an even head size d_k, got d_k={d_k}")
-        inverse_frequency = base ** (-torch.arange(0, d_k, 2, dtype=torch.float32) / d_k)
-        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
+        self.d_k = d_k
+        self.base = base
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """``x``: ``[B, H, T, d_k]`` at positions ``offset .. offset + T - 1``; returns the same shape."""
+        # Angles in float32 at least (float64 for float64 inputs), computed here rather than kept
+        # in a buffer that a model.half() would round: at position 4000 a bf16 angle is off by ~16.
+        angle_dtype = torch.promote_types(x.dtype, torch.float32)
+        exponents = torch.arange(0, self.d_k, 2, device=x.device, dtype=angle_dtype) / self.d_k
+        inverse_frequency = self.base**-exponents  # [d_k / 2]
         length = x.size(-2)
-        positions = torch.arange(offset, offset + length, device=x.device, dtype=torch.float32)
-        angle = positions[:, None] * self.inverse_frequency[None, :]  # [T, d_k / 2]
+        positions = torch.arange(offset, offset + length, device=x.device, dtype=angle_dtype)
+        angle = positions[:, None] * inverse_frequency[None, :]  # [T, d_k / 2]
         cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
         pairs = x.unflatten(-1, (-1, 2))  # [B, H, T, d_k / 2, 2]
         even, odd = pairs[..., 0], pairs[..., 1]

@@ -390,6 +390,15 @@ def test_positional_encoding_answers_one_question_per_scheme(name, kind):
     if kind == "bias":
         assert bias.shape == (1, 2, 5, 5)
     if kind == "rotary":
-        assert encoding.rotary.inverse_frequency.shape == (2,)  # d_k = 8 / 2 heads = 4
+        assert encoding.rotary.d_k == 4  # d_model 8 / 2 heads
     if name == "sinusoidal":
         torch.testing.assert_close(added, x + sinusoidal_table(5, 8, offset=1), rtol=0, atol=0)
+
+
+def test_rope_angles_survive_a_half_precision_cast():
+    """A model cast with .half()/.to(bfloat16) keeps exact rotation angles (nothing to round)."""
+    rotary = RotaryEmbedding(8).to(torch.bfloat16)
+    x = torch.randn(1, 1, 4, 8)
+    far = rotary(x.to(torch.bfloat16), offset=4000).float()
+    exact = RotaryEmbedding(8)(x, offset=4000)
+    torch.testing.assert_close(far, exact, atol=0.05, rtol=0.02)
