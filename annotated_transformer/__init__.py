@@ -20,7 +20,7 @@ from .config import TransformerConfig
 from .decode import beam_search, greedy_decode, sample
 from .layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
-from .masking import causal_mask, combine_masks, decoder_mask, padding_mask
+from .masking import causal_mask, combine_masks, decoder_mask, padding_mask, to_torch_blocked
 from .model import (
     DecoderCache,
     DecoderOnlyTransformer,
@@ -99,5 +99,6 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "sinusoidal_table",
     "smoothed_targets",
+    "to_torch_blocked",
     "warmup_cosine_lr",
 ]
