@@ -71,13 +71,11 @@ class TransformerConfig:
         _check_positive_int("relative_max_distance", self.relative_max_distance)
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
-            if value is not None and not (
-                isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1
-            ):
+            if value is not None and not (_is_number(value) and 0 <= value < 1):
                 raise ValueError(f"{name}={value!r} is not accepted: use a number in [0, 1)")
-        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
+        if not (_is_number(self.norm_eps) and self.norm_eps > 0):
             raise ValueError(f"norm_eps={self.norm_eps!r} is not accepted: use a positive number")
-        if not (isinstance(self.rope_base, (int, float)) and self.rope_base > 1):
+        if not (_is_number(self.rope_base) and self.rope_base > 1):
             raise ValueError(f"rope_base={self.rope_base!r} is not accepted: use a number > 1")
         if self.d_model % self.n_heads != 0:
             raise ValueError(
@@ -95,7 +93,7 @@ class TransformerConfig:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got {self.d_model}")
         if self.pad_id is not None:
             smallest_vocab = min(self.source_vocab_size, self.target_vocab_size)
-            if not (isinstance(self.pad_id, int) and 0 <= self.pad_id < smallest_vocab):
+            if not (_is_int(self.pad_id) and 0 <= self.pad_id < smallest_vocab):
                 raise ValueError(
                     f"pad_id={self.pad_id!r} is not accepted: use None or an id in "
                     f"[0, {smallest_vocab})"
@@ -169,5 +167,14 @@ def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
 
 
 def _check_positive_int(field: str, value: object) -> None:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+    if not (_is_int(value) and value > 0):
         raise ValueError(f"{field}={value!r} is not accepted: use a positive integer")
+
+
+def _is_int(value: object) -> bool:
+    """An ``int`` that is not a ``bool`` (``True`` is an ``int`` to Python, never a size here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
