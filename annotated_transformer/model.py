@@ -111,7 +111,8 @@ class Stack(nn.Module):
 
         Args:
             x: ``[B, T, d_model]`` token embeddings.
-            mask: bool, broadcastable to ``[B, H, T, T_keys]`` (padding).
+            mask: bool, broadcastable to ``[B, H, T, T_keys]`` (padding); with a ``cache``,
+                ``[B, 1, 1, T]`` for the new positions only (the cache keeps the earlier ones).
             memory: ``[B, S, d_model]`` encoder output, for a stack with cross-attention.
             memory_mask: bool, broadcastable to ``[B, H, T, S]``.
             cache: key/value caches; ``x`` holds only the new positions.
@@ -122,6 +123,10 @@ class Stack(nn.Module):
         offset = 0 if cache is None else cache.length
         length = x.size(1)
         x = self.dropout(self.positional.add_absolute(x, offset))  # [B, T, d_model]
+        if cache is not None and mask is not None:
+            # Only now, after the positions (which refuse an input past max_len): a refused call
+            # must leave the cache as it was.
+            mask = cache.extend_key_mask(mask)  # [B, 1, 1, T_cache + T]
         bias = self.positional.attention_bias(length, offset + length, offset)  # [1, H, T, T_k]
         rotary = self.positional.rotary
         self_weights: list[Tensor | None] = []
@@ -220,8 +225,6 @@ class DecoderOnlyTransformer(_Model):
         """
         self._check_tokens(tokens, self.config.vocab_size, "tokens")
         mask = self._padding(tokens)  # [B, 1, 1, T] or None
-        if cache is not None and mask is not None:
-            mask = cache.extend_key_mask(mask)  # [B, 1, 1, T_cache + T]
         x = self.embedding(tokens)  # [B, T, d_model]
         x, weights, _ = self.decoder(
             x, mask, is_causal=True, cache=cache, need_weights=return_attention
@@ -318,8 +321,6 @@ class EncoderDecoderTransformer(_Model):
                 f"got {tuple(memory.shape)}"
             )
         mask = self._padding(tgt)  # [B, 1, 1, T] or None
-        if cache is not None and mask is not None:
-            mask = cache.extend_key_mask(mask)
         x = self.tgt_embedding(tgt)  # [B, T, d_model]
         x, self_weights, cross_weights = self.decoder(
             x,
