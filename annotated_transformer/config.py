@@ -69,6 +69,22 @@ class TransformerConfig:
             if getattr(self, name) is not None:
                 _check_positive_int(name, getattr(self, name))
         _check_positive_int("relative_max_distance", self.relative_max_distance)
+        for name in ("residual", "bias", "scale_embeddings", "tie_embeddings", "share_embeddings"):
+            _check_bool(name, getattr(self, name))
+        if self.final_norm is not None:
+            _check_bool("final_norm", self.final_norm)
+        if self.arch != "encoder-decoder":
+            for name in (
+                "src_vocab_size",
+                "tgt_vocab_size",
+                "n_encoder_layers",
+                "n_decoder_layers",
+            ):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} is accepted only with "
+                        f"arch='encoder-decoder'; a {self.arch} model uses vocab_size and n_layers"
+                    )
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if value is not None and not (_is_number(value) and 0 <= value < 1):
@@ -169,6 +185,11 @@ def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
 def _check_positive_int(field: str, value: object) -> None:
     if not (_is_int(value) and value > 0):
         raise ValueError(f"{field}={value!r} is not accepted: use a positive integer")
+
+
+def _check_bool(field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} is not accepted: use True or False")
 
 
 def _is_int(value: object) -> bool:

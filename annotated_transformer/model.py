@@ -380,7 +380,11 @@ def init_weights(model: nn.Module, config: TransformerConfig) -> None:
     Norm gains start at one, norm biases at zero; learned positions at N(0, 0.02); the relative
     bias table at zero (every distance alike until trained).
     """
-    n_layers = max(config.encoder_layers, config.decoder_layers)
+    n_layers = (
+        max(config.encoder_layers, config.decoder_layers)
+        if config.arch == "encoder-decoder"
+        else config.n_layers
+    )
     residual_std = 0.02 / math.sqrt(2 * n_layers)
     for name, module in model.named_modules():
         if isinstance(module, LearnedPositionalEmbedding):

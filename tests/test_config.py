@@ -96,7 +96,30 @@ def test_non_positive_or_non_integer_size_is_rejected(field, bad):
 @pytest.mark.parametrize("field", OPTIONAL_SIZES)
 def test_optional_sizes_accept_none_and_positive_integers(field):
     assert getattr(small_config(**{field: None}), field) is None
-    assert getattr(small_config(**{field: 3}), field) == 3
+    assert getattr(small_config(arch="encoder-decoder", **{field: 3}), field) == 3
+
+
+@pytest.mark.parametrize("arch", ["decoder-only", "encoder-only"])
+@pytest.mark.parametrize("field", OPTIONAL_SIZES)
+def test_encoder_decoder_sizes_are_refused_by_single_stack_models(arch, field):
+    """A decoder-only model has one stack and one vocabulary: n_decoder_layers=12 would be ignored."""
+    with pytest.raises(
+        ValueError, match=field_and_value(field, 3) + ".*only with arch='encoder-decoder'"
+    ):
+        small_config(arch=arch, **{field: 3})
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["residual", "bias", "scale_embeddings", "tie_embeddings", "share_embeddings", "final_norm"],
+)
+@pytest.mark.parametrize("bad", ["false", 0, 1, None])
+def test_yes_no_fields_must_be_booleans(field, bad):
+    if field == "final_norm" and bad is None:  # None means "decide from norm_position"
+        assert small_config(final_norm=None).use_final_norm is False
+        return
+    with pytest.raises(ValueError, match=field_and_value(field, bad) + ".*True or False"):
+        small_config(**{field: bad})
 
 
 def test_d_model_not_divisible_by_n_heads_names_both():
@@ -183,7 +206,9 @@ def test_share_embeddings_needs_one_vocabulary():
 def test_layer_counts_default_to_n_layers():
     config = small_config(n_layers=3)
     assert (config.encoder_layers, config.decoder_layers) == (3, 3)
-    config = small_config(n_layers=3, n_encoder_layers=5, n_decoder_layers=1)
+    config = small_config(
+        arch="encoder-decoder", n_layers=3, n_encoder_layers=5, n_decoder_layers=1
+    )
     assert (config.encoder_layers, config.decoder_layers) == (5, 1)
 
 

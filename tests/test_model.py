@@ -443,7 +443,8 @@ def test_fully_padded_sequence_gives_finite_logits_on_both_paths(arch):
 def grid_configs(arch: str):
     """Every positional choice × norm × bias × tied output × shared embeddings (encoder-decoder) ×
     a separate target vocabulary, with different encoder and decoder depths."""
-    shares = (False, True) if arch == "encoder-decoder" else (False,)
+    two_stacks = arch == "encoder-decoder"
+    shares = (False, True) if two_stacks else (False,)
     for positional, (norm, norm_position), bias, tie, share, tgt_vocab_size in itertools.product(
         POSITIONAL_CHOICES,
         [("layernorm", "post"), ("rmsnorm", "pre")],
@@ -454,10 +455,16 @@ def grid_configs(arch: str):
     ):
         if share and tgt_vocab_size is not None:
             continue  # one shared embedding needs one vocabulary
+        # Single-stack models take one vocabulary and n_layers; their grid varies n_layers instead.
+        stacks = (
+            {"n_encoder_layers": 1, "n_decoder_layers": 3, "tgt_vocab_size": tgt_vocab_size}
+            if two_stacks
+            else {"n_layers": 1 if tgt_vocab_size is None else 3}
+        )
         yield make_config(
             arch,
             vocab_size=11,
-            tgt_vocab_size=tgt_vocab_size,
+            **stacks,
             positional=positional,
             norm=norm,
             norm_position=norm_position,
@@ -465,8 +472,6 @@ def grid_configs(arch: str):
             bias=bias,
             tie_embeddings=tie,
             share_embeddings=share,
-            n_encoder_layers=1,
-            n_decoder_layers=3,
             pad_id=None,
         )
 
