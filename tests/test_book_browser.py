@@ -1,0 +1,293 @@
+"""The built book, loaded page by page in headless Chromium from a local server.
+
+For every page in _toc.yml this checks what a reader would otherwise find out the hard way: that
+nothing is fetched from another host (the book works offline), that the math is typeset, that
+every image and every ipywidgets view is drawn, and that no script fails.
+
+Needs the book built at _build/html (`make book`) and Debian's Chromium (`apt-get install -y
+chromium`; another binary can be named with AT_CHROMIUM). Playwright drives that binary; it never
+downloads a browser of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+CHROMIUM = Path(os.environ.get("AT_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOST = "127.0.0.1"
+LOCAL_SCHEMES = {"data", "blob", "about"}
+# Jupyter Book 1.0.4 declares `const THEBE_JS_URL` twice on every page; harmless, and not ours.
+KNOWN_ERRORS = (re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),)
+TIMEOUT_MS = 30_000
+
+
+def toc_files(entries: list[dict]) -> Iterator[str]:
+    for entry in entries:
+        if "file" in entry:
+            yield entry["file"]
+        for key in ("parts", "chapters", "sections"):
+            yield from toc_files(entry.get(key, []))
+
+
+def toc_pages() -> list[str]:
+    """The HTML page of every document in _toc.yml, root first."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [f"{name}.html" for name in [toc["root"], *toc_files(toc.get("parts", []))]]
+
+
+PAGES = toc_pages()
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    missing = [page for page in PAGES if not (SITE / page).is_file()]
+    if missing:
+        pytest.fail(f"The book is not built ({SITE} lacks {missing}): run `make book` first.")
+    return SITE
+
+
+@pytest.fixture(scope="module")
+def server(site: Path) -> Iterator[str]:
+    """Serve the built site on a free local port."""
+
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass  # keep pytest's output to the test results
+
+    handler = functools.partial(QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer((HOST, 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{HOST}:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Chromium with a fresh profile; requests for other hosts are recorded and refused."""
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} not found: apt-get install -y chromium (or set AT_CHROMIUM).")
+
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+        context = playwright.chromium.launch_persistent_context(
+            profile,  # Playwright passes this as --user-data-dir
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_FLAGS,
+        )
+        context.set_default_timeout(TIMEOUT_MS)
+        context.route("**/*", _refuse_other_hosts)
+        yield context
+        context.close()
+
+
+def _is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in LOCAL_SCHEMES or parts.hostname == HOST
+
+
+def _refuse_other_hosts(route, request) -> None:
+    if _is_local(request.url):
+        route.continue_()
+    else:
+        route.abort("blockedbyclient")
+
+
+WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
+WIDGET_VIEWS_DRAWN = f"""() => [...document.querySelectorAll('{WIDGET_VIEW}')].every(tag => {{
+        const area = tag.previousElementSibling;
+        return area && area.classList.contains('widget-subarea') &&
+            area.querySelector('.jupyter-widgets, [class*="widget-"]') !== null &&
+            area.getBoundingClientRect().height > 0;
+    }})"""
+
+IMAGES = """async () => {
+    const images = [...document.images];
+    images.forEach(image => { image.loading = 'eager'; });
+    await Promise.all(images.map(image => image.complete ? null :
+        new Promise(done => { image.onload = image.onerror = done; })));
+    return images.map(image => ({src: image.currentSrc || image.src, width: image.naturalWidth}));
+}"""
+
+MATH = """() => {
+    const article = document.querySelector('article') || document.body;
+    const math = [...article.querySelectorAll('.math')];
+    const prose = article.cloneNode(true);
+    prose.querySelectorAll('pre, code, script, style, .math').forEach(node => node.remove());
+    return {
+        total: math.length,
+        typeset: math.filter(node => node.querySelector('mjx-container')).length,
+        errors: article.querySelectorAll('mjx-merror').length,
+        raw: (prose.textContent.match(/\\$\\$|\\\\\\(|\\\\\\[/g) || []).length,
+    };
+}"""
+
+
+@dataclass
+class PageReport:
+    """What one page did in the browser, gathered once and checked by several tests."""
+
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    math: dict = field(default_factory=dict)
+    images: list[dict] = field(default_factory=list)
+    widget_views: int = 0
+    widgets_drawn: bool = True
+
+    def unexpected_errors(self) -> list[str]:
+        return [e for e in self.errors if not any(known.search(e) for known in KNOWN_ERRORS)]
+
+
+def visit(browser, url: str) -> PageReport:
+    """Open a page, wait until its scripts have settled, and record what it did."""
+    report = PageReport()
+
+    def on_console(message) -> None:
+        if message.type == "error":
+            report.errors.append(f"console: {message.text} ({message.location.get('url')})")
+
+    page = browser.new_page()
+    page.on("request", lambda request: report.requests.append(request.url))
+    page.on("pageerror", lambda error: report.errors.append(f"uncaught: {error}"))
+    page.on("console", on_console)
+    try:
+        page.goto(url, wait_until="load")
+        page.wait_for_load_state("networkidle")
+        # MathJax 3 typesets asynchronously; startup.promise settles when the page is done.
+        page.evaluate("async () => { if (window.MathJax?.startup?.promise) "
+                      "await window.MathJax.startup.promise; }")  # fmt: skip
+        report.widget_views = page.locator(WIDGET_VIEW).count()
+        if report.widget_views:
+            try:
+                page.wait_for_function(WIDGET_VIEWS_DRAWN, timeout=TIMEOUT_MS)
+            except PlaywrightTimeoutError:
+                report.widgets_drawn = False
+        report.images = page.evaluate(IMAGES)
+        report.math = page.evaluate(MATH)
+    finally:
+        page.close()
+    return report
+
+
+@pytest.fixture(scope="module")
+def reports(browser, server):
+    """Each page's report, by path; a page is visited the first time a test asks for it."""
+    cache: dict[str, PageReport] = {}
+
+    def report(path: str) -> PageReport:
+        if path not in cache:
+            cache[path] = visit(browser, server + path)
+        return cache[path]
+
+    return report
+
+
+def short(url: str) -> str:
+    return url if len(url) < 120 else url[:117] + "..."
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_fetches_nothing_from_other_hosts(reports, path):
+    leaks = sorted({short(url) for url in reports(path).requests if not _is_local(url)})
+    assert not leaks, f"{path} requested other hosts:\n" + "\n".join(leaks)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_has_no_javascript_errors(reports, path):
+    errors = reports(path).unexpected_errors()
+    assert not errors, f"{path} logged errors:\n" + "\n".join(errors)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_math_is_typeset(reports, path):
+    math = reports(path).math
+    assert math["typeset"] == math["total"], f"{path}: math left untypeset: {math}"
+    assert math["errors"] == 0, f"{path}: MathJax could not typeset some math: {math}"
+    assert math["raw"] == 0, f"{path}: raw TeX delimiters in the prose: {math}"
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_images_load(reports, path):
+    broken = [short(image["src"]) for image in reports(path).images if image["width"] == 0]
+    assert not broken, f"{path}: images that did not load:\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_widgets_are_drawn(reports, path):
+    report = reports(path)
+    assert report.widgets_drawn, (
+        f"{path}: not all of its {report.widget_views} ipywidgets views were drawn"
+    )
+
+
+def test_the_checks_are_not_vacuous(reports):
+    """The book has typeset math, and every chapter has an explorer for the widget checks."""
+    assert reports("book/notation.html").math["typeset"] > 0
+    chapters = [path for path in PAGES if path.startswith("chapters/")]
+    assert chapters, "_toc.yml lists no chapters"
+    without = [path for path in chapters if not reports(path).widget_views]
+    assert not without, f"chapters without an ipywidgets explorer: {without}"
+
+
+def _book_assets():
+    """scripts/book_assets.py, which fetches the pages' JavaScript and rewrites CDN addresses."""
+    spec = importlib.util.spec_from_file_location(
+        "book_assets", ROOT / "scripts" / "book_assets.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cdn_addresses_in_outputs_become_local(tmp_path):
+    """bertviz's require.js configuration, in a chapter's output, is pointed at the book's copy."""
+    assets = _book_assets()
+    page = tmp_path / "chapters" / "10_attention_visualisation.html"
+    output = (
+        "require.config({paths: {d3: 'https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min'}})"
+    )
+    local = assets.localise_page(output, page, tmp_path)
+    assert local == "require.config({paths: {d3: '../_vendor/d3/dist/d3.min'}})"
+
+
+def test_static_check_finds_what_a_browser_would_fetch(tmp_path):
+    assets = _book_assets()
+    (tmp_path / "page.html").write_text(
+        '<script src="https://cdn.example/x.js"></script><a href="https://example.org">a link</a>'
+        '<link rel="stylesheet" href="//cdn.example/x.css"><img src="_images/local.png">'
+    )
+    (tmp_path / "style.css").write_text("@font-face { src: url('https://fonts.example/f.woff2') }")
+    assert assets.external_fetches(tmp_path) == [
+        "page.html: https://cdn.example/x.js",
+        "page.html: //cdn.example/x.css",
+        "style.css: https://fonts.example/f.woff2",
+    ]
