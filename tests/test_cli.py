@@ -1,0 +1,310 @@
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer.__main__ import main, parse_value, resolve_settings
+from annotated_transformer.checkpoint import load_checkpoint
+from annotated_transformer.decode import greedy_decode
+from annotated_transformer.tasks import copy_task, copy_task_batches
+from annotated_transformer.train import load_model
+
+SHARED_DATA = Path(
+    os.environ.get("AT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+TINY_MODEL = [
+    "--set",
+    "d_model=32",
+    "--set",
+    "n_heads=4",
+    "--set",
+    "d_ff=64",
+    "--set",
+    "n_layers=1",
+]
+FEW_STEPS = ["--set", "max_steps=2", "--set", "warmup=1", "--set", "eval_every=2"]
+
+
+def needs_data(*files):
+    missing = [file for file in files if not (SHARED_DATA / file).is_file()]
+    return pytest.mark.skipif(bool(missing), reason=f"data files not in {SHARED_DATA}: {missing}")
+
+
+def run(capsys, *argv):
+    """``python -m annotated_transformer ARGV`` in this process; returns (exit code, stdout)."""
+    code = main([str(arg) for arg in argv])
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """The copy task trained once with the task's defaults (about 250 updates, seconds on a CPU)."""
+    directory = tmp_path_factory.mktemp("copy")
+    capture = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdout", capture)
+        code = main(["train", "--task", "copy", "--out", str(directory), "--set", "progress=false"])
+    assert code == 0
+    return directory, json.loads(capture.getvalue())
+
+
+def test_training_the_copy_task_reaches_full_accuracy_on_fresh_sequences(copy_run):
+    directory, summary = copy_run
+    assert summary["stop_reason"] == "max_steps"
+    assert summary["eval_accuracy"] == 1.0
+    model, state = load_model(directory / "best.pt")
+    generator = torch.Generator().manual_seed(2024)  # sequences the model has never seen
+    (batch,) = copy_task_batches(1, 200, 10, generator)
+    decoded = greedy_decode(model, src=batch.src, max_new_tokens=10, bos_id=state["task"]["bos_id"])
+    assert torch.equal(decoded[:, 1:], batch.src)  # every sequence copied exactly
+    assert sorted(path.name for path in directory.iterdir()) == [
+        "best.pt",
+        "history.csv",
+        "history.json",
+        "last.pt",
+    ]
+
+
+def test_translate_copies_sentences_from_arguments_and_stdin(copy_run, capsys, monkeypatch):
+    directory, _ = copy_run
+    code, out = run(
+        capsys,
+        "translate",
+        directory / "best.pt",
+        "--text",
+        "3141592653",
+        "--text",
+        "2 7 1 8 2 8 1 8 2 8",
+    )
+    assert code == 0
+    assert out.splitlines() == ["3 1 4 1 5 9 2 6 5 3", "2 7 1 8 2 8 1 8 2 8"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("1123581321\n\n9876543210\n"))
+    code, out = run(capsys, "translate", directory / "best.pt", "--beam", "3")
+    assert out.splitlines() == ["1 1 2 3 5 8 1 3 2 1", "9 8 7 6 5 4 3 2 1 0"]
+
+
+def test_evaluate_reports_loss_perplexity_accuracy_and_bleu(copy_run, capsys):
+    directory, _ = copy_run
+    code, out = run(
+        capsys, "evaluate", directory / "best.pt", "--split", "test", "--max-batches", "2"
+    )
+    metrics = json.loads(out)
+    assert code == 0
+    assert metrics["accuracy"] == 1.0 and metrics["exact_match"] == 1.0
+    assert metrics["perplexity"] == pytest.approx(1.0, abs=0.05)
+    assert metrics["bleu"] == pytest.approx(100.0)
+    assert metrics["bleu_signature"].startswith("nrefs:1|")
+    assert metrics["tokens"] == 2 * 64 * 10
+
+
+def test_resuming_a_finished_run_trains_no_further(copy_run, capsys):
+    directory, _ = copy_run
+    before = load_checkpoint(directory / "last.pt")
+    code, out = run(capsys, "train", "--task", "copy", "--out", directory, "--resume", "--quiet")
+    assert (code, out) == (0, "")
+    after = load_checkpoint(directory / "last.pt")
+    assert after["step"] == before["step"] == 250
+    assert len(after["history"]) == len(before["history"])
+
+
+def test_generate_continues_a_prompt_with_a_decoder_only_model(tmp_path, capsys):
+    code, _ = run(
+        capsys,
+        "train",
+        "--task",
+        "copy",
+        "--out",
+        tmp_path,
+        "--quiet",
+        "--set",
+        "arch=decoder-only",
+        "--set",
+        "max_steps=3",
+        "--set",
+        "warmup=1",
+    )
+    assert code == 0
+    code, out = run(capsys, "generate", tmp_path / "last.pt", "--prompt", "3141592653|")
+    words = out.split()
+    assert code == 0
+    assert words[:11] == "3 1 4 1 5 9 2 6 5 3 |".split()
+    assert len(words) == 21  # the prompt and max_new_tokens = length = 10 more
+    with pytest.raises(SystemExit):  # bos, 10 digits and | leave 10 of max_len = 22 positions
+        main(
+            [
+                "generate",
+                str(tmp_path / "last.pt"),
+                "--prompt",
+                "3141592653|",
+                "--max-new-tokens",
+                "11",
+            ]
+        )
+    assert "use at most 10" in capsys.readouterr().err
+
+
+def test_commands_refuse_a_checkpoint_of_the_wrong_architecture(copy_run, capsys):
+    directory, _ = copy_run
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", str(directory / "best.pt"), "--prompt", "12|"])
+    assert exit_info.value.code == 2
+    assert (
+        "holds a encoder-decoder model; this command needs decoder-only" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train"], "name a task: --task NAME"),
+        (["train", "--task", "nope"], "task='nope' is not one of: cmn-eng, copy, multi30k"),
+        (["train", "--task", "copy", "--set", "d_modle=8"], "did you mean d_model"),
+        (["train", "--task", "copy", "--set", "lr=-1"], "lr=-1 is not accepted"),
+        (["train", "--task", "copy", "--set", "lr"], "--set 'lr' is not KEY=VALUE"),
+        (["train", "--task", "copy", "--set", "optim.lr=1"], "section 'optim' is not one of"),
+        (["train", "--task", "copy", "--set", "arch=encoder-only"], "arch='encoder-only'"),
+        (["train", "--task", "copy", "--resume"], "--resume without a checkpoint needs --out"),
+        (["train", "--task", "copy", "--config", "missing.json"], "missing.json: no such file"),
+        (["translate"], "the following arguments are required: checkpoint"),
+        (["translate", "x.pt", "--beam", "0"], "0 is not accepted: use a positive integer"),
+        (["generate", "x.pt", "--prompt", "1", "--top-p", "2"], "use a number in (0, 1]"),
+        (["evaluate", "missing.pt"], "no checkpoint at missing.pt"),
+        (["fly"], "invalid choice: 'fly'"),
+    ],
+)
+def test_bad_arguments_exit_with_a_clear_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_set_values_are_read_as_json_or_text():
+    assert parse_value("1e-3") == 0.001
+    assert parse_value("[0.9, 0.98]") == [0.9, 0.98]
+    assert [parse_value(word) for word in ("true", "False", "null", "None")] == [
+        True,
+        False,
+        None,
+        None,
+    ]
+    assert parse_value("pre") == "pre"
+
+
+def test_settings_are_routed_to_model_train_and_data():
+    settings = resolve_settings(
+        copy_task,
+        {"model": {"d_model": 48}, "train": {"lr": 0.01}, "batch_size": 16, "task": "copy"},
+        ["n_heads=4", "train.seed=3", "data.length=6", "lr=0.02"],
+    )
+    assert settings == {
+        "model": {"d_model": 48, "n_heads": 4},
+        "train": {"lr": 0.02, "seed": 3},
+        "data": {"batch_size": 16, "length": 6},
+    }
+
+
+def test_a_yaml_config_file_and_set_override_the_task_defaults(tmp_path, capsys):
+    pytest.importorskip("yaml")  # YAML configs need PyYAML, which the package does not require
+    config = tmp_path / "settings.yaml"
+    config.write_text(
+        "task: copy\nmodel:\n  d_model: 16\ntrain:\n  max_steps: 2\n  warmup: 1\nlength: 6\n"
+    )
+    code, _ = run(
+        capsys,
+        "train",
+        "--config",
+        config,
+        "--set",
+        "lr=0.01",
+        "--out",
+        tmp_path / "run",
+        "--quiet",
+    )
+    assert code == 0
+    state = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert state["model_config"]["d_model"] == 16
+    assert state["model_config"]["n_layers"] == 1  # the copy task's default
+    assert (state["train_config"]["max_steps"], state["train_config"]["lr"]) == (2, 0.01)
+    assert state["task"]["options"]["length"] == 6
+    assert state["tokenizer"] == {"type": "digits"}
+
+
+@needs_data("tinyshakespeare/input.txt")
+def test_a_language_model_trains_generates_and_evaluates_on_tinyshakespeare(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("AT_DATA_DIR", str(SHARED_DATA))
+    code, out = run(
+        capsys,
+        "train",
+        "--task",
+        "tinyshakespeare",
+        "--out",
+        tmp_path,
+        *TINY_MODEL,
+        *FEW_STEPS,
+        "--set",
+        "context_length=16",
+        "--set",
+        "eval_batches=2",
+        "--set",
+        "progress=false",
+    )
+    assert code == 0 and json.loads(out)["step"] == 2
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert state["model_config"]["arch"] == "decoder-only"
+    assert state["model_config"]["pad_id"] is None  # id 0 is a character, never padding
+    code, out = run(
+        capsys, "generate", tmp_path / "last.pt", "--prompt", "ROMEO:", "--max-new-tokens", 5
+    )
+    assert code == 0 and out.startswith("ROMEO:") and len(out.rstrip("\n")) == len("ROMEO:") + 5
+    code, out = run(capsys, "evaluate", tmp_path / "last.pt", "--max-batches", 1)
+    assert json.loads(out)["tokens"] == 32 * 16
+
+
+@needs_data("multi30k/train.de.gz", "multi30k/val.de.gz", "multi30k/test_2016_flickr.de.gz")
+def test_a_translation_model_trains_translates_and_evaluates_on_multi30k(
+    tmp_path, capsys, monkeypatch
+):
+    pytest.importorskip("tokenizers")
+    monkeypatch.setenv("AT_DATA_DIR", str(SHARED_DATA))
+    code, out = run(
+        capsys,
+        "train",
+        "--task",
+        "multi30k",
+        "--out",
+        tmp_path,
+        *TINY_MODEL,
+        *FEW_STEPS,
+        "--set",
+        "bpe_vocab_size=400",
+        "--set",
+        "max_train_pairs=1000",
+        "--set",
+        "max_tokens=256",
+        "--set",
+        "eval_batches=1",
+        "--quiet",
+    )
+    assert code == 0
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert state["tokenizer"]["type"] == "bpe" and state["model_config"]["vocab_size"] == 400
+    code, out = run(
+        capsys, "translate", tmp_path / "last.pt", "--text", "Ein Hund.", "--max-new-tokens", 3
+    )
+    assert code == 0 and len(out.splitlines()) == 1
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("evaluate must reuse the checkpoint's tokenizer")
+
+    monkeypatch.setattr("annotated_transformer.data.train_tokenizer", no_training)
+    code, out = run(
+        capsys, "evaluate", tmp_path / "last.pt", "--max-batches", 1, "--max-new-tokens", 3
+    )
+    metrics = json.loads(out)
+    assert code == 0 and {"loss", "accuracy", "bleu", "chrf"} <= set(metrics)
