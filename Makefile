@@ -1,13 +1,15 @@
 # Two entry points, both self-contained on a fresh machine (Python 3.11, no GPU, package registries):
-#   make book   - install, fetch the book's JavaScript from npm, execute every chapter, build the HTML book
-#   make test   - install, lint and format-check with ruff, run the test suite
-PYTHON ?= python3
-VENV   ?= .venv
-BIN     = $(VENV)/bin
+#   make book   - install, fetch the book's JavaScript from npm, execute every chapter, build _build/html
+#   make test   - install, ruff (lint + format check), build the book (every chapter executes),
+#                 then the test suite, including a headless-Chromium test of the built pages
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN       = $(VENV)/bin
+CHROMIUM ?= /usr/bin/chromium
 # Tests, CI and notebook runs read data from the shared copy beside the checkout when it exists.
 export AT_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: install book test lint clean
+.PHONY: install book test lint pytest clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -19,15 +21,23 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt
 
 install: $(VENV)/.installed
 
+# Debian's Chromium for the browser test (the machine is root; no browser is downloaded by a tool).
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
-	$(BIN)/python -m pytest
-
 book: install
+	command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/build_book.sh
+
+# The unit tests use tiny tensors, for which one thread per process is fastest.
+pytest: install $(CHROMIUM)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+
+test: lint book pytest
 
 clean:
 	rm -rf _build $(VENV)

@@ -12,7 +12,10 @@ Each module holds what one chapter teaches::
     optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
     losses.py      07  label smoothing as a KL divergence / cross-entropy
     decode.py      08  greedy, beam search and sampling on the KV cache
-    data/          08  data files: local copy, cache, verified download
+    data/          08  data files, tokenizers, corpora, token-budget batches
+    metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
+    train.py       08  the training loop (checkpoint.py, distributed.py, tasks.py beside it)
+    __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
 """
 
 from .attention import KVCache, MultiHeadAttention, attention
@@ -51,6 +54,7 @@ from .positional import (
     sinusoidal_shift_matrix,
     sinusoidal_table,
 )
+from .train import TrainConfig, Trainer, TrainingDiverged, evaluate, seed_everything
 
 __version__ = "0.1.0"
 
@@ -77,6 +81,9 @@ __all__ = [
     "Residual",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDiverged",
     "TransformerConfig",
     "alibi_slopes",
     "attention",
@@ -90,12 +97,14 @@ __all__ = [
     "count_parameters",
     "decoder_mask",
     "entropy",
+    "evaluate",
     "greedy_decode",
     "noam_lr",
     "padding_mask",
     "parameter_count",
     "parameter_groups",
     "sample",
+    "seed_everything",
     "sinusoidal_shift_matrix",
     "sinusoidal_table",
     "smoothed_targets",

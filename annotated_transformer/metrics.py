@@ -31,8 +31,11 @@ def token_loss(logits: Tensor, target: Tensor, ignore_index: int | None = None) 
 
 
 def perplexity(mean_loss: float) -> float:
-    """``exp(mean cross-entropy per token)``: the effective number of equally likely choices."""
-    return math.exp(mean_loss)
+    """``exp(mean cross-entropy per token)``: the effective number of equally likely choices.
+
+    Returns ``inf`` for a loss beyond float range (a diverged model), never an OverflowError.
+    """
+    return math.exp(mean_loss) if mean_loss < 709.0 else math.inf
 
 
 def token_accuracy(logits: Tensor, target: Tensor, ignore_index: int | None = None) -> float:

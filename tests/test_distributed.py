@@ -64,7 +64,6 @@ COPY_SETTINGS = [
 ]  # fmt: skip
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
 def test_torchrun_with_two_processes_trains_the_same_weights_as_one_process(tmp_path):
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [

@@ -78,6 +78,7 @@ def test_token_loss_and_accuracy_skip_padding():
     manual = (logits.argmax(-1)[keep] == target[keep]).float().mean().item()
     assert token_accuracy(logits, target, ignore_index=0) == pytest.approx(manual)
     assert perplexity(math.log(7.0)) == pytest.approx(7.0)
+    assert perplexity(1e4) == math.inf
 
 
 @pytest.mark.parametrize("degrees", [1, 2, 3, 4, 7, 10])
