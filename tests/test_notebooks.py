@@ -1,0 +1,82 @@
+"""The chapters as files: in the table of contents, committed clean, built to one pattern."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_there_are_chapters_and_each_is_in_the_table_of_contents():
+    assert len(CHAPTERS) >= 7
+    listed = toc_files()
+    for chapter in CHAPTERS:
+        assert f"chapters/{chapter.stem}" in listed, f"{chapter.name} is missing from _toc.yml"
+    for entry in listed:
+        assert (ROOT / f"{entry}.ipynb").exists() or (ROOT / f"{entry}.md").exists(), entry
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_is_committed_without_outputs(chapter):
+    for cell in cells(chapter):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{chapter.name}: a code cell has outputs"
+            assert cell.get("execution_count") is None, f"{chapter.name}: execution counts"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_opens_with_a_title_and_the_colab_install_cell(chapter):
+    chapter_cells = cells(chapter)
+    number = chapter.name[:2]
+    assert chapter_cells[0]["cell_type"] == "markdown"
+    assert re.match(rf"# {number}\. ", source(chapter_cells[0])), "title like '# 01. Attention'"
+    first_code = next(cell for cell in chapter_cells if cell["cell_type"] == "code")
+    assert '"google.colab" in sys.modules' in source(first_code)
+    assert "pip install" in source(first_code)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_checks_its_derivation_against_the_package_in_a_visible_cell(chapter):
+    visible_checks = [
+        cell
+        for cell in cells(chapter)
+        if cell["cell_type"] == "code"
+        and "hide-input" not in cell.get("metadata", {}).get("tags", [])
+        and re.search(r"\bassert\b|assert_close", source(cell))
+        and "at." in source(cell)
+    ]
+    assert visible_checks, f"{chapter.name} never asserts a derivation equals the package"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_has_exercises_with_hidden_solutions_and_a_summary(chapter):
+    chapter_cells = cells(chapter)
+    hidden = [
+        cell
+        for cell in chapter_cells
+        if cell["cell_type"] == "code" and "hide-input" in cell.get("metadata", {}).get("tags", [])
+    ]
+    markdown = "\n".join(source(cell) for cell in chapter_cells if cell["cell_type"] == "markdown")
+    assert re.search(r"^#+ .*Exercise", markdown, re.M), f"{chapter.name} has no exercises"
+    assert hidden, f"{chapter.name} has no solution behind a toggle (tag hide-input)"
+    assert re.search(r"^#+ .*Summary", markdown, re.M), f"{chapter.name} has no summary"
+    assert "ipywidgets" in "".join(source(cell) for cell in chapter_cells), "no explorer"
