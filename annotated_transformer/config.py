@@ -167,14 +167,19 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         """Build from a dict (a checkpoint, a papermill parameter); unknown keys are an error."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown TransformerConfig fields: {', '.join(unknown)}; "
-                f"accepted are: {', '.join(sorted(known))}"
-            )
-        return cls(**values)
+        return dataclass_from_dict(cls, values)
+
+
+def dataclass_from_dict(cls: type, values: dict[str, Any]) -> Any:
+    """``cls(**values)``, with an error that lists unknown keys and the accepted ones."""
+    known = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} fields: {', '.join(unknown)}; "
+            f"accepted are: {', '.join(sorted(known))}"
+        )
+    return cls(**values)
 
 
 def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:

@@ -64,6 +64,7 @@ from .config import (
     _check_positive_int,
     _is_int,
     _is_number,
+    dataclass_from_dict,
 )
 from .data.batch import Batch
 from .distributed import DEVICE_CHOICES, Distributed, resolve_device, unwrap
@@ -182,14 +183,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """Build from a dict (a checkpoint, a JSON file); unknown keys are an error."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown TrainConfig fields: {', '.join(unknown)}; "
-                f"accepted are: {', '.join(sorted(known))}"
-            )
-        return cls(**values)
+        return dataclass_from_dict(cls, values)
 
 
 def _check_number(

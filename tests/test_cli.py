@@ -12,9 +12,7 @@ from annotated_transformer.decode import greedy_decode
 from annotated_transformer.tasks import copy_task, copy_task_batches
 from annotated_transformer.train import load_model
 
-SHARED_DATA = Path(
-    os.environ.get("AT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
+SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 TINY_MODEL = [
     "--set",
     "d_model=32",

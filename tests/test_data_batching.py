@@ -22,9 +22,7 @@ from annotated_transformer.data import (
     translation_batches,
 )
 
-SHARED_DATA = Path(
-    os.environ.get("AT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
+SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 MAX_TOKENS = 600
 
 

@@ -22,9 +22,7 @@ from annotated_transformer.data import (
     train_tokenizer,
 )
 
-SHARED_DATA = Path(
-    os.environ.get("AT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
+SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 
 GERMAN = [
     "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",

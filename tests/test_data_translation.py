@@ -21,9 +21,7 @@ from annotated_transformer.data import (
     stable_split,
 )
 
-SHARED_DATA = Path(
-    os.environ.get("AT_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
+SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 
 
 @pytest.fixture(scope="module")
