@@ -1,0 +1,197 @@
+"""The results store (chapter 08): every run's config, metrics, history and provenance, on disk.
+
+A *record* is one JSON file, ``results/<key>.json``, holding::
+
+    {"key", "config", "metrics", "history", "provenance", "samples"}
+
+- ``config``: everything that defines the run (task, profile, seed, model and training settings);
+  the key is computed from it, so the same configuration always finds the same record;
+- ``metrics``: the final numbers (test BLEU, test perplexity, accuracy, ...);
+- ``history``: the trainer's rows (step, train loss, evaluation metrics, wall time);
+- ``provenance``: who produced it: git commit (and whether the tree was dirty), torch and Python
+  versions, device name, UTC date, wall time, seed (:func:`provenance`);
+- ``samples``: optional text: generated samples, translations next to their references.
+
+Experiment chapters call :func:`run_or_load`: a stored record is shown as it is, a missing one is
+trained and saved (``rerun=True`` trains again). Records are small; checkpoints never go here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import atomic_write_text
+
+RECORD_FIELDS = ("key", "config", "metrics", "history", "provenance", "samples")
+
+
+def _git(*arguments: str, cwd: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", *arguments], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip()
+
+
+def device_name(device: str | torch.device | None = None) -> str:
+    """A readable name of the device that ran: the CUDA device's name, else the CPU's model."""
+    device = torch.device(device) if device is not None else None
+    if torch.cuda.is_available() and (device is None or device.type == "cuda"):
+        return torch.cuda.get_device_name(device if device is not None else 0)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    return f"CPU: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def provenance(
+    seed: int, wall_time: float, device: str | torch.device | None = None
+) -> dict[str, Any]:
+    """Where a result came from: code version, software, hardware, time and seed.
+
+    ``git_commit`` is ``"unknown"`` outside a git checkout; ``git_dirty`` says whether tracked
+    files differed from that commit (then the commit alone does not reproduce the run).
+    """
+    here = Path(__file__).resolve().parent
+    commit = _git("rev-parse", "HEAD", cwd=here)
+    status = _git("status", "--porcelain", "--untracked-files=no", cwd=here)
+    return {
+        "git_commit": commit or "unknown",
+        "git_dirty": bool(status) if commit else None,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": device_name(device),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": float(wall_time),
+        "seed": int(seed),
+        "hostname": socket.gethostname(),
+    }
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: equal configs give equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def run_key(config: dict[str, Any]) -> str:
+    """A stable file name for ``config``: a readable prefix and 12 hex digits of its SHA-256.
+
+    The prefix is ``task-profile-seedN`` from the config's ``task``, ``profile`` and ``seed``
+    (those present); the hash covers the whole config, so any change gives a new key.
+    """
+    digest = hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()[:12]
+    parts = [str(config[name]) for name in ("task", "profile") if name in config]
+    if "seed" in config:
+        parts.append(f"seed{config['seed']}")
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
+    return f"{prefix}-{digest}" if prefix else digest
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: tensors and numpy numbers to Python numbers, non-finite floats to strings."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, torch.Tensor):
+        return _plain(value.tolist())
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "nan": strict JSON has no such numbers
+    return value
+
+
+class ResultsStore:
+    """Records as ``<root>/<key>.json``, written atomically (a crash leaves the old file)."""
+
+    def __init__(self, root: str | os.PathLike = "results") -> None:
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", key):
+            raise ValueError(f"key={key!r} is not accepted: use letters, digits, '_', '.', '-'")
+        return self.root / f"{key}.json"
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    def save(self, key: str, record: dict[str, Any]) -> Path:
+        unknown = sorted(set(record) - set(RECORD_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown record fields: {', '.join(unknown)}; accepted: {', '.join(RECORD_FIELDS)}"
+            )
+        record = {"key": key, **{name: record[name] for name in record if name != "key"}}
+        text = json.dumps(_plain(record), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        return atomic_write_text(self.path(key), text)
+
+    def load(self, key: str) -> dict[str, Any]:
+        with open(self.path(key), encoding="utf-8") as file:
+            return json.load(file)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record under ``root`` (not its subfolders), ordered by key."""
+        if not self.root.is_dir():
+            return []
+        return [self.load(path.stem) for path in sorted(self.root.glob("*.json"))]
+
+    def find(self, **filters: Any) -> list[dict[str, Any]]:
+        """Records whose ``config`` has every ``name=value`` of ``filters``, newest first."""
+        found = [
+            record
+            for record in self.records()
+            if all(record.get("config", {}).get(name) == value for name, value in filters.items())
+        ]
+        return sorted(found, key=lambda record: record.get("provenance", {}).get("date", ""))[::-1]
+
+
+def run_or_load(
+    store: ResultsStore,
+    config: dict[str, Any],
+    train_fn: Callable[[dict[str, Any]], dict[str, Any]],
+    rerun: bool = False,
+) -> dict[str, Any]:
+    """The stored record of ``config``, or ``train_fn(config)`` run, saved and returned.
+
+    ``train_fn`` returns ``{"metrics", "history", "samples"?, "device"?}``; this function adds the
+    key, the config and the provenance (with the wall time it measured and ``config["seed"]``).
+    """
+    key = run_key(config)
+    if store.exists(key) and not rerun:
+        return store.load(key)
+    started = time.perf_counter()
+    result = dict(train_fn(config))
+    wall_time = time.perf_counter() - started
+    device = result.pop("device", None)
+    record = {
+        "config": config,
+        "metrics": result.pop("metrics", {}),
+        "history": result.pop("history", []),
+        "samples": result.pop("samples", {}),
+        "provenance": provenance(config.get("seed", 0), wall_time, device),
+    }
+    if result:
+        raise ValueError(f"train_fn returned unknown fields: {', '.join(sorted(result))}")
+    store.save(key, record)
+    return store.load(key)

@@ -1,0 +1,118 @@
+"""The results store: stable keys, atomic records, provenance, train only what is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from annotated_transformer import checkpoint
+from annotated_transformer.experiments import ResultsStore, provenance, run_key, run_or_load
+
+CONFIG = {"task": "copy", "profile": "smoke", "seed": 0, "model": {"d_model": 32, "n_layers": 1}}
+
+
+def test_run_key_is_stable_under_key_order_and_readable():
+    reordered = {"model": {"n_layers": 1, "d_model": 32}, "seed": 0, "profile": "smoke"}
+    reordered["task"] = "copy"
+    assert run_key(CONFIG) == run_key(reordered)
+    assert run_key(CONFIG).startswith("copy-smoke-seed0-")
+    assert len(run_key(CONFIG).rsplit("-", 1)[1]) == 12
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"seed": 1}, {"profile": "cpu"}, {"model": {"d_model": 64, "n_layers": 1}}, {"extra": None}],
+)
+def test_run_key_changes_with_any_part_of_the_config(change):
+    assert run_key({**CONFIG, **change}) != run_key(CONFIG)
+
+
+def test_provenance_has_every_field_with_its_type():
+    record = provenance(seed=3, wall_time=1.5)
+    assert isinstance(record["git_commit"], str) and record["git_commit"]
+    assert record["git_dirty"] in (True, False, None)
+    assert record["git_commit"] != "unknown" or record["git_dirty"] is None
+    for name in ("torch_version", "python_version", "device", "date", "hostname"):
+        assert isinstance(record[name], str) and record[name], name
+    assert record["date"].endswith("+00:00")  # UTC
+    assert record["wall_time_s"] == 1.5 and record["seed"] == 3
+    json.dumps(record)
+
+
+def test_provenance_without_git_says_unknown(monkeypatch):
+    import annotated_transformer.experiments as experiments
+
+    monkeypatch.setattr(experiments, "_git", lambda *arguments, cwd: None)
+    record = provenance(seed=0, wall_time=0.0)
+    assert record["git_commit"] == "unknown" and record["git_dirty"] is None
+
+
+def test_save_and_load_round_trip(tmp_path):
+    store = ResultsStore(tmp_path)
+    key = run_key(CONFIG)
+    assert not store.exists(key)
+    store.save(key, {"config": CONFIG, "metrics": {"ppl": float("inf"), "acc": 1.0}})
+    assert store.exists(key)
+    record = store.load(key)
+    assert record["key"] == key and record["config"] == CONFIG
+    assert record["metrics"] == {"ppl": "inf", "acc": 1.0}  # strict JSON: inf as a string
+
+
+def test_a_failed_save_leaves_the_old_record_and_no_temporary_file(tmp_path, monkeypatch):
+    store = ResultsStore(tmp_path)
+    store.save("run", {"metrics": {"bleu": 1.0}})
+
+    def failing_write(path, write):
+        def broken(handle):
+            handle.write(b'{"half": ')
+            raise OSError("disk full")
+
+        return original(path, broken)
+
+    original = checkpoint.atomic_write
+    monkeypatch.setattr(checkpoint, "atomic_write", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        store.save("run", {"metrics": {"bleu": 2.0}})
+    assert store.load("run")["metrics"] == {"bleu": 1.0}
+    assert [path.name for path in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_save_rejects_unknown_fields_and_unsafe_keys(tmp_path):
+    store = ResultsStore(tmp_path)
+    with pytest.raises(ValueError, match="unknown record fields: weights"):
+        store.save("run", {"weights": []})
+    with pytest.raises(ValueError, match="is not accepted"):
+        store.path("../escape")
+
+
+def test_run_or_load_trains_only_when_missing_or_asked(tmp_path):
+    store = ResultsStore(tmp_path)
+    calls = []
+
+    def train(config):
+        calls.append(config)
+        return {"metrics": {"accuracy": 1.0}, "history": [{"step": 1}], "samples": {"x": "y"}}
+
+    first = run_or_load(store, CONFIG, train)
+    second = run_or_load(store, CONFIG, train)
+    assert len(calls) == 1 and first == second
+    assert first["provenance"]["seed"] == 0 and first["history"] == [{"step": 1}]
+    run_or_load(store, CONFIG, train, rerun=True)
+    assert len(calls) == 2
+    run_or_load(store, {**CONFIG, "seed": 1}, train)
+    assert len(calls) == 3
+
+
+def test_find_filters_on_the_config(tmp_path):
+    store = ResultsStore(tmp_path)
+    for task, profile in [("copy", "smoke"), ("copy", "cpu"), ("ptb", "cpu")]:
+        config = {"task": task, "profile": profile, "seed": 0}
+        store.save(run_key(config), {"config": config})
+    assert len(store.find(task="copy")) == 2
+    assert sorted(record["config"]["task"] for record in store.find(profile="cpu")) == [
+        "copy",
+        "ptb",
+    ]
+    assert store.find(task="multi30k") == []
+    assert ResultsStore(tmp_path / "missing").find() == []
