@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of the package against ``torch.nn`` (``python benchmarks/run.py``)."""

@@ -1,0 +1,53 @@
+"""The benchmark suite (benchmarks/run.py) runs end to end in its smoke mode and writes the
+documented JSON. No timing is asserted: the numbers of a smoke run mean nothing."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+
+
+def load_suite():
+    """benchmarks/run.py as a module, whatever the working directory and sys.path."""
+    spec = importlib.util.spec_from_file_location("benchmarks_run", RUN)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_run_writes_the_documented_json(tmp_path):
+    suite = load_suite()
+    path = tmp_path / "results.json"
+    suite.main(["--smoke", "--device", "cpu", "--json", str(path)])
+    document = json.loads(path.read_text())
+
+    for key in ("device", "torch", "git_commit", "date", "cpu_count", "threads", "results"):
+        assert key in document
+    assert isinstance(document["device"], str) and document["device"]
+    assert document["torch"] == torch.__version__
+    names = [item["name"] for item in document["results"]]
+    assert len(names) == len(set(names))
+    assert any("decoder-only training" in name for name in names)
+    assert any("encoder-decoder training" in name for name in names)
+    assert any("greedy decoding" in name for name in names)
+    assert any("beam search" in name for name in names)
+    for item in document["results"]:
+        assert {"name", "ours", "reference", "unit", "ratio"} <= set(item)
+        for key in ("ours", "reference", "ratio"):
+            assert isinstance(item[key], (int, float)) and math.isfinite(item[key])
+            assert item[key] > 0
+        # ratio > 1 means we are better: ours / reference for a rate, the inverse for a cost.
+        if item["unit"] in suite.LOWER_IS_BETTER:
+            expected = item["reference"] / item["ours"]
+        else:
+            expected = item["ours"] / item["reference"]
+        assert math.isclose(item["ratio"], expected, rel_tol=1e-9)
+    # On a machine without CUDA the CUDA-only rows are listed as skipped, not errors.
+    for item in document["skipped"]:
+        assert item["name"] and item["reason"]
