@@ -4,11 +4,18 @@
   over the feature dimension of each position; ``var`` is the biased (population) variance.
 - RMSNorm (Zhang & Sennrich 2019): ``y = x / sqrt(mean(x²) + eps) * gain``; no centring, no bias,
   cheaper, and in practice as good.
+
+Each layer has two paths that compute the same numbers, like attention: the explicit formula
+(``explicit=True``, what chapter 04 derives) and, by default, PyTorch's fused kernel
+(``F.layer_norm`` / ``F.rms_norm``). The formula runs about ten elementwise kernels and keeps
+their intermediates for the backward pass; the fused kernel runs one (``benchmarks/run.py``
+measures what that is worth). Tests hold both paths to ``torch.nn.LayerNorm`` / ``torch.nn.RMSNorm``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 NORM_CHOICES = ("layernorm", "rmsnorm")
@@ -17,14 +24,17 @@ NORM_CHOICES = ("layernorm", "rmsnorm")
 class LayerNorm(nn.Module):
     """Layer normalisation over the last dimension; matches ``torch.nn.LayerNorm(d_model, eps)``."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, explicit: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.explicit = explicit  # True: the formula below; False: the fused kernel
         self.weight = nn.Parameter(torch.ones(d_model))  # gain
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
         """``x``: ``[..., d_model]``; returns the same shape."""
+        if not self.explicit:
+            return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
         mean = x.mean(dim=-1, keepdim=True)  # [..., 1]
         variance = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # [..., 1], biased
         return (x - mean) * torch.rsqrt(variance + self.eps) * self.weight + self.bias
@@ -33,13 +43,16 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation; matches ``torch.nn.RMSNorm(d_model, eps)``."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, explicit: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.explicit = explicit  # True: the formula below; False: the fused kernel
         self.weight = nn.Parameter(torch.ones(d_model))  # gain
 
     def forward(self, x: Tensor) -> Tensor:
         """``x``: ``[..., d_model]``; returns the same shape."""
+        if not self.explicit:
+            return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
         mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # [..., 1]
         return x * torch.rsqrt(mean_square + self.eps) * self.weight
 

@@ -26,23 +26,25 @@ def copy_parameters(source: nn.Module, target: nn.Module) -> nn.Module:
     return target
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["formula", "fused"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
-def test_layernorm_matches_torch_layernorm(shape, eps):
+def test_layernorm_matches_torch_layernorm(shape, eps, explicit):
     torch.manual_seed(0)
     d_model = shape[-1]
-    ours = with_random_parameters(LayerNorm(d_model, eps))
+    ours = with_random_parameters(LayerNorm(d_model, eps, explicit=explicit))
     reference = copy_parameters(ours, nn.LayerNorm(d_model, eps=eps).double())
     x = 3 * torch.randn(*shape, dtype=torch.float64) + 1
     torch.testing.assert_close(ours(x), reference(x), **TIGHT)
 
 
+@pytest.mark.parametrize("explicit", [True, False], ids=["formula", "fused"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
-def test_rmsnorm_matches_torch_rmsnorm(shape, eps):
+def test_rmsnorm_matches_torch_rmsnorm(shape, eps, explicit):
     torch.manual_seed(0)
     d_model = shape[-1]
-    ours = with_random_parameters(RMSNorm(d_model, eps))
+    ours = with_random_parameters(RMSNorm(d_model, eps, explicit=explicit))
     reference = copy_parameters(ours, nn.RMSNorm(d_model, eps=eps).double())
     x = 3 * torch.randn(*shape, dtype=torch.float64) + 1
     torch.testing.assert_close(ours(x), reference(x), **TIGHT)
@@ -58,9 +60,10 @@ def test_layernorm_and_rmsnorm_differ_on_inputs_with_a_mean():
     torch.testing.assert_close(layer(centred), rms(centred), **TIGHT)
 
 
-def test_layernorm_passes_gradcheck_in_float64():
+@pytest.mark.parametrize("explicit", [True, False], ids=["formula", "fused"])
+def test_layernorm_passes_gradcheck_in_float64(explicit):
     torch.manual_seed(0)
-    norm = with_random_parameters(LayerNorm(5))
+    norm = with_random_parameters(LayerNorm(5, explicit=explicit))
     x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
 
     def function(x, weight, bias):
@@ -69,9 +72,10 @@ def test_layernorm_passes_gradcheck_in_float64():
     assert torch.autograd.gradcheck(function, (x, norm.weight, norm.bias))
 
 
-def test_rmsnorm_passes_gradcheck_in_float64():
+@pytest.mark.parametrize("explicit", [True, False], ids=["formula", "fused"])
+def test_rmsnorm_passes_gradcheck_in_float64(explicit):
     torch.manual_seed(0)
-    norm = with_random_parameters(RMSNorm(5))
+    norm = with_random_parameters(RMSNorm(5, explicit=explicit))
     x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
 
     def function(x, weight):
@@ -120,3 +124,17 @@ def test_build_norm_rejects_unknown_names_listing_all_choices():
         ValueError, match=re.escape("norm='batchnorm' is not one of: layernorm, rmsnorm")
     ):
         build_norm("batchnorm", 8)
+
+
+@pytest.mark.parametrize("norm_class", [LayerNorm, RMSNorm])
+def test_formula_and_fused_kernel_agree_in_value_and_gradient(norm_class):
+    """The explicit formula (what chapter 04 derives) and the fused default are the same function."""
+    torch.manual_seed(0)
+    formula = with_random_parameters(norm_class(16, explicit=True))
+    fused = copy_parameters(formula, norm_class(16).double())
+    assert fused.explicit is False  # the fast path is the default
+    x = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(fused(x), formula(x), rtol=1e-12, atol=1e-12)
+    (gradient_fused,) = torch.autograd.grad(fused(x).square().sum(), x)
+    (gradient_formula,) = torch.autograd.grad(formula(x).square().sum(), x)
+    torch.testing.assert_close(gradient_fused, gradient_formula, rtol=1e-10, atol=1e-10)
