@@ -74,6 +74,23 @@ class Residual(nn.Module):
         return self.norm(skip + self.dropout(sublayer(x)))
 
 
+def recording(
+    attention: MultiHeadAttention, weights: list[Tensor | None], *args, **kwargs
+) -> Callable[[Tensor], Tensor]:
+    """The sublayer ``h -> attention(h, *args, **kwargs)`` for a :class:`Residual`.
+
+    A residual block takes a function of one tensor; attention also returns its weights, which this
+    appends to ``weights`` (None unless ``need_weights``) so the layer can hand them out.
+    """
+
+    def sublayer(h: Tensor) -> Tensor:
+        output, attention_weights = attention(h, *args, **kwargs)
+        weights.append(attention_weights)
+        return output
+
+    return sublayer
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a :class:`Residual`.
 
@@ -104,20 +121,16 @@ class EncoderLayer(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """``x``: ``[B, T, d_model]``. Returns ``(x [B, T, d_model], weights [B, H, T, T] or None)``."""
         weights: list[Tensor | None] = []
-
-        def self_attend(h: Tensor) -> Tensor:
-            output, attention_weights = self.self_attention(
-                h,
-                mask=mask,
-                is_causal=is_causal,
-                position_bias=position_bias,
-                rotary=rotary,
-                cache=cache,
-                need_weights=need_weights,
-            )
-            weights.append(attention_weights)
-            return output
-
+        self_attend = recording(
+            self.self_attention,
+            weights,
+            mask=mask,
+            is_causal=is_causal,
+            position_bias=position_bias,
+            rotary=rotary,
+            cache=cache,
+            need_weights=need_weights,
+        )
         x = self.attention_block(x, self_attend)
         x = self.feed_forward_block(x, self.feed_forward)
         return x, weights[0]
@@ -165,27 +178,24 @@ class DecoderLayer(nn.Module):
             weights None unless ``need_weights``.
         """
         weights: list[Tensor | None] = []
-
-        def self_attend(h: Tensor) -> Tensor:
-            output, attention_weights = self.self_attention(
-                h,
-                mask=self_mask,
-                is_causal=is_causal,
-                position_bias=position_bias,
-                rotary=rotary,
-                cache=self_cache,
-                need_weights=need_weights,
-            )
-            weights.append(attention_weights)
-            return output
-
-        def cross_attend(h: Tensor) -> Tensor:
-            output, attention_weights = self.cross_attention(
-                h, memory, memory_mask, cache=cross_cache, need_weights=need_weights
-            )
-            weights.append(attention_weights)
-            return output
-
+        self_attend = recording(
+            self.self_attention,
+            weights,
+            mask=self_mask,
+            is_causal=is_causal,
+            position_bias=position_bias,
+            rotary=rotary,
+            cache=self_cache,
+            need_weights=need_weights,
+        )
+        cross_attend = recording(
+            self.cross_attention,
+            weights,
+            memory,
+            memory_mask,
+            cache=cross_cache,
+            need_weights=need_weights,
+        )
         x = self.self_attention_block(x, self_attend)
         x = self.cross_attention_block(x, cross_attend)
         x = self.feed_forward_block(x, self.feed_forward)
