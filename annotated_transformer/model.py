@@ -193,19 +193,28 @@ class _Model(nn.Module):
     def _init_weights(self) -> None:
         init_weights(self, self.config)
 
+    def _build_single_stack(self, config: TransformerConfig, stack_name: str) -> None:
+        """Embedding, one stack of :class:`EncoderLayer` named ``stack_name``, output projection.
+
+        Decoder-only and encoder-only models are built alike; only how they call the stack (causal
+        or not) differs. Registration order (embedding, stack, projection) fixes the order of the
+        random initialisation, so a seed gives the same weights as ever.
+        """
+        self.config = config
+        self.embedding = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
+        setattr(self, stack_name, Stack(config, config.n_layers, cross=False))
+        self.output_projection = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output_projection.weight = self.embedding.weight
+        self._init_weights()
+
 
 class DecoderOnlyTransformer(_Model):
     """A causal language model (GPT): ``model(tokens) -> logits [B, T, V]``."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = config
-        self.embedding = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
-        self.decoder = Stack(config, config.n_layers, cross=False)
-        self.output_projection = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_embeddings:
-            self.output_projection.weight = self.embedding.weight
-        self._init_weights()
+        self._build_single_stack(config, "decoder")
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache([KVCache() for _ in self.decoder.layers])
@@ -238,13 +247,7 @@ class EncoderOnlyTransformer(_Model):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.config = config
-        self.embedding = TokenEmbedding(config.vocab_size, config.d_model, config.scale_embeddings)
-        self.encoder = Stack(config, config.n_layers, cross=False)
-        self.output_projection = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        if config.tie_embeddings:
-            self.output_projection.weight = self.embedding.weight
-        self._init_weights()
+        self._build_single_stack(config, "encoder")
 
     def forward(
         self, tokens: Tensor, *, return_attention: bool = False
