@@ -142,33 +142,31 @@ def test_cached_and_uncached_decoding_agree_token_for_token(arch, positional):
     assert torch.equal(draws[0], draws[1])
 
 
+def forcing(model, tokens_per_row):
+    """A hook that makes row ``b`` of every step's logits pick ``tokens_per_row[b]``."""
+    forced = torch.tensor(tokens_per_row)
+
+    def hook(module, args, output):
+        boost = torch.nn.functional.one_hot(forced, output.size(-1)).to(output.dtype) * 1e4
+        return output + boost[:, None, :]
+
+    return model.output_projection.register_forward_hook(hook)
+
+
 def test_tokens_after_eos_are_padding():
+    """Row 0 ends at once, row 1 never: row 0 is padded while row 1 keeps decoding."""
     model = tiny_model("decoder-only", 0, pad_id=PAD)
-    with torch.no_grad():
-        model.output_projection.weight.zero_()
-        model.output_projection.weight[EOS] = 1.0  # EOS wins unless the features cancel
-    out = greedy_decode(model, prompt=torch.tensor([[3, 4]]), max_new_tokens=5, eos_id=EOS)
-    generated = out[0, 2:].tolist()
-    if EOS in generated:
-        after = generated[generated.index(EOS) + 1 :]
-        assert all(token == PAD for token in after)
-    # Every sequence finished, so decoding stopped before max_new_tokens.
-    assert out.size(1) <= 2 + 5
+    handle = forcing(model, [EOS, 3])
+    out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=4, eos_id=EOS)
+    handle.remove()
+    assert out.tolist() == [[3, 4, EOS, PAD, PAD, PAD], [5, 5, 3, 3, 3, 3]]
 
 
 def test_greedy_stops_when_every_sequence_ended():
     model = tiny_model("decoder-only", 0)
-    with torch.no_grad():
-        model.output_projection.weight.zero_()
-        model.output_projection.weight[EOS].fill_(0.0)
-        model.output_projection.weight.data[:, 0] = 0
-        model.output_projection.weight.data[EOS, :] = 0
-    # Force EOS through a huge bias-like column: make every logit equal except EOS.
-    hook = model.output_projection.register_forward_hook(
-        lambda module, args, output: output.index_fill(-1, torch.tensor([EOS]), 1e3)
-    )
+    handle = forcing(model, [EOS, EOS])
     out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=10, eos_id=EOS)
-    hook.remove()
+    handle.remove()
     assert out.tolist() == [[3, 4, EOS], [5, 5, EOS]]
 
 
