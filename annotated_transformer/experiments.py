@@ -12,6 +12,11 @@ A *record* is one JSON file, ``results/<key>.json``, holding::
   versions, device name, UTC date, wall time, seed (:func:`provenance`);
 - ``samples``: optional text: generated samples, translations next to their references.
 
+A run may also return attention maps (``"attention"``, a list of JSON-safe dicts, see
+:mod:`annotated_transformer.attention_maps`); they go to ``results/attention/<key>.json`` beside the
+record, because they are larger than the record itself and only chapter 10 reads them
+(:meth:`ResultsStore.load_attention`).
+
 Experiment chapters call :func:`run_or_load`: a stored record is shown as it is, a missing one is
 trained and saved (``rerun=True`` trains again). Records are small; checkpoints never go here.
 """
@@ -150,6 +155,25 @@ class ResultsStore:
         with open(self.path(key), encoding="utf-8") as file:
             return json.load(file)
 
+    def attention_path(self, key: str) -> Path:
+        """Where the attention maps of run ``key`` live: ``<root>/attention/<key>.json``."""
+        return self.path(key).parent / "attention" / f"{key}.json"
+
+    def save_attention(self, key: str, maps: list[dict[str, Any]]) -> Path:
+        """Write the attention maps of run ``key`` atomically (compact JSON, no indentation)."""
+        if not isinstance(maps, list) or not all(isinstance(item, dict) for item in maps):
+            raise TypeError("attention maps must be a list of dicts (one per sentence or text)")
+        text = json.dumps(_plain(maps), separators=(",", ":"), allow_nan=False) + "\n"
+        return atomic_write_text(self.attention_path(key), text)
+
+    def load_attention(self, key: str) -> list[dict[str, Any]] | None:
+        """The attention maps stored with run ``key``, or None when the run stored none."""
+        path = self.attention_path(key)
+        if not path.is_file():
+            return None
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+
     def records(self) -> list[dict[str, Any]]:
         """Every record under ``root`` (not its subfolders), ordered by key."""
         if not self.root.is_dir():
@@ -174,8 +198,10 @@ def run_or_load(
 ) -> dict[str, Any]:
     """The stored record of ``config``, or ``train_fn(config)`` run, saved and returned.
 
-    ``train_fn`` returns ``{"metrics", "history", "samples"?, "device"?}``; this function adds the
-    key, the config and the provenance (with the wall time it measured and ``config["seed"]``).
+    ``train_fn`` returns ``{"metrics", "history", "samples"?, "attention"?, "device"?}``; this
+    function adds the key, the config and the provenance (with the wall time it measured and
+    ``config["seed"]``). Attention maps are saved beside the record (:meth:`save_attention`), first,
+    so that a record on disk always has its maps.
     """
     key = run_key(config)
     if store.exists(key) and not rerun:
@@ -184,6 +210,7 @@ def run_or_load(
     result = dict(train_fn(config))
     wall_time = time.perf_counter() - started
     device = result.pop("device", None)
+    attention_maps = result.pop("attention", None)
     record = {
         "config": config,
         "metrics": result.pop("metrics", {}),
@@ -193,5 +220,7 @@ def run_or_load(
     }
     if result:
         raise ValueError(f"train_fn returned unknown fields: {', '.join(sorted(result))}")
+    if attention_maps is not None:
+        store.save_attention(key, attention_maps)
     store.save(key, record)
     return store.load(key)

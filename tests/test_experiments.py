@@ -116,3 +116,19 @@ def test_find_filters_on_the_config(tmp_path):
     ]
     assert store.find(task="multi30k") == []
     assert ResultsStore(tmp_path / "missing").find() == []
+
+
+def test_attention_maps_are_saved_beside_the_record_and_not_listed_as_records(tmp_path):
+    store = ResultsStore(tmp_path)
+    maps = [{"kind": "decoder-only", "tokens": ["a", "b"], "decoder": [[[[1.0, 0.0], [0.5, 0.5]]]]}]
+
+    def train(config):
+        return {"metrics": {"loss": 1.0}, "history": [], "attention": maps}
+
+    record = run_or_load(store, CONFIG, train)
+    assert store.load_attention(record["key"]) == maps
+    assert store.attention_path(record["key"]).parent == tmp_path / "attention"
+    assert [r["key"] for r in store.records()] == [record["key"]]  # maps are not records
+    assert store.load_attention("missing") is None
+    with pytest.raises(TypeError, match="list of dicts"):
+        store.save_attention("run", {"decoder": []})
