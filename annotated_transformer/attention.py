@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +87,11 @@ class KVCache:
 
     key: Tensor | None = None  # [B, H, T_cache, d_k]
     value: Tensor | None = None  # [B, H, T_cache, d_k]
+    # Without autograd, ``key`` and ``value`` are views of these buffers, which have room for more
+    # positions: appending one position writes it in place instead of copying the whole cache
+    # (``torch.cat`` would copy T_cache positions per step: O(T²) for a T-token generation).
+    _key_buffer: Tensor | None = field(default=None, repr=False)
+    _value_buffer: Tensor | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return 0 if self.key is None else self.key.size(-2)
@@ -95,14 +100,43 @@ class KVCache:
         """Add the new positions ``[B, H, T_new, d_k]`` and return all keys and values so far."""
         if self.key is None:
             self.key, self.value = key, value
-        else:
+        elif torch.is_grad_enabled() and (key.requires_grad or self.key.requires_grad):
+            # In-place writes would break autograd's views: copy (training through a cache).
             self.key = torch.cat([self.key, key], dim=-2)  # [B, H, T_cache + T_new, d_k]
             self.value = torch.cat([self.value, value], dim=-2)
+        else:
+            self._write(key, value)
         return self.key, self.value
+
+    def _write(self, key: Tensor, value: Tensor) -> None:
+        length, new_length = len(self), len(self) + key.size(-2)
+        buffer = self._key_buffer
+        # Our own buffer still backs self.key (nobody assigned another tensor) and has room.
+        owned = buffer is not None and self.key.data_ptr() == buffer.data_ptr()
+        if not owned or new_length > buffer.size(-2) or buffer.dtype != key.dtype:
+            capacity = max(2 * new_length, 16)  # doubling: amortised O(1) copies per position
+            shape = (*key.shape[:-2], capacity, key.size(-1))  # [B, H, capacity, d_k]
+            self._key_buffer = key.new_empty(shape)
+            self._value_buffer = value.new_empty((*shape[:-1], value.size(-1)))
+            self._key_buffer[..., :length, :] = self.key
+            self._value_buffer[..., :length, :] = self.value
+        self._key_buffer[..., length:new_length, :] = key
+        self._value_buffer[..., length:new_length, :] = value
+        self.key = self._key_buffer[..., :new_length, :]  # [B, H, T_cache + T_new, d_k]
+        self.value = self._value_buffer[..., :new_length, :]
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search reorders hypotheses every step)."""
-        if self.key is not None:
+        if self.key is None:
+            return
+        buffer, length = self._key_buffer, len(self)
+        if buffer is not None and self.key.data_ptr() == buffer.data_ptr():
+            # Reorder the buffers (room included), so that the next append still writes in place.
+            self._key_buffer = buffer.index_select(0, index)
+            self._value_buffer = self._value_buffer.index_select(0, index)
+            self.key = self._key_buffer[..., :length, :]
+            self.value = self._value_buffer[..., :length, :]
+        else:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
 
@@ -205,6 +239,10 @@ class MultiHeadAttention(nn.Module):
         query_len, key_len = q.size(-2), k.size(-2)
 
         explicit = need_weights or not self.use_sdpa
+        if query_len == 1:
+            # One query, the last position (cached decoding): it may see every key, so causality
+            # needs no mask at all (causal_mask_with_offset(1, T_k) would be all True).
+            is_causal = False
         # Only the fused kernel can apply causality without a mask tensor; the explicit path needs one.
         causal_only = (
             is_causal

@@ -179,12 +179,22 @@ class _Model(nn.Module):
             raise ValueError(f"{name} must have shape [B, T], got {tuple(tokens.shape)}")
         if tokens.numel() == 0:
             raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
-        low, high = int(tokens.min()), int(tokens.max())
+        advice = "check the tokenizer and the config's vocab size"
+        if tokens.device.type != "cpu" or torch.compiler.is_compiling():
+            # Reading the range back to the host would stall an accelerator on every forward pass
+            # (and break a compiled graph). A device-side assert checks it without waiting: an
+            # out-of-range id still stops the run, at the next call that synchronises.
+            in_range = ((tokens >= 0) & (tokens < vocab_size)).all()
+            torch._assert_async(
+                in_range,
+                f"{name} contains an id outside the vocabulary [0, {vocab_size}); {advice}",
+            )
+            return
+        low, high = (int(value) for value in torch.aminmax(tokens))
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(
-                f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size}); check the "
-                f"tokenizer and the config's vocab size"
+                f"{name} contains id {bad}, outside the vocabulary [0, {vocab_size}); {advice}"
             )
 
     def _padding(self, tokens: Tensor) -> Tensor | None:

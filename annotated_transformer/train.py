@@ -272,7 +272,8 @@ def accumulate_gradients(
     device: torch.device | str = "cpu",
     distributed: Distributed | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-) -> tuple[float, int]:
+    synchronize: bool = True,
+) -> tuple[float | Tensor, int]:
     """Forward and backward over the micro-batches of one optimizer update.
 
     Each micro-batch's loss is the *sum* over its target tokens, divided by the tokens of the whole
@@ -287,6 +288,8 @@ def accumulate_gradients(
         loss_function: a :class:`LabelSmoothingLoss` with ``reduction="sum"``; its
             ``ignore_index`` is the padding id.
         autocast: returns the autocast context of the forward pass.
+        synchronize: return the loss as a float, which waits for the device; with False it stays
+            a float64 tensor on ``device`` (the trainer reads it back only every few updates).
 
     Returns:
         ``(loss summed over the update's tokens and processes, number of those tokens)``.
@@ -313,7 +316,8 @@ def accumulate_gradients(
             summed = loss_function(logits.float(), shard.targets) * weight
             (summed * scale).backward()
         loss_sum += summed.detach()
-    return float(distributed.sum(loss_sum)), total_tokens
+    loss_sum = distributed.sum(loss_sum)
+    return (float(loss_sum) if synchronize else loss_sum), total_tokens
 
 
 @torch.no_grad()
@@ -472,6 +476,9 @@ class Trainer:
         self.elapsed = 0.0  # seconds of training, over all resumed parts
         self.last_checkpoint: Path | None = None
         self._batches: Iterator[Batch] | None = None
+        # Updates whose loss (and gradient norm) the host has not read yet: (step, loss summed over
+        # tokens, tokens, norm or None), on the device. See fit.
+        self._unchecked: list[tuple[int, Tensor, int, Tensor | None]] = []
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         module = model
@@ -510,6 +517,14 @@ class Trainer:
         """Train until ``max_steps`` updates, early stopping, or ``steps`` more updates.
 
         Returns the history (also in ``self.history``). Saves ``last.pt`` when it returns.
+
+        The loss and the gradient norm stay on the device between history rows: the host reads
+        them (one wait for the device) only on an update that logs, evaluates, saves or ends the
+        call, and then checks every update since the last read. A non-finite loss or norm
+        therefore stops the run with :class:`TrainingDiverged` naming the first bad update, up to
+        ``log_every`` updates after it (the updates in between have already changed the weights
+        in memory), but always before a checkpoint is written: ``last.pt`` stays the last good
+        one. With ``log_every=1`` it stops at once, before the bad update's optimizer step.
         """
         config = self.config
         target = config.max_steps if steps is None else min(config.max_steps, self.step + steps)
@@ -528,21 +543,28 @@ class Trainer:
         self.model.train()
         window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
         started, elapsed_before = time.perf_counter(), self.elapsed
+        self._unchecked = []
         try:
             while self.step < target and self.stop_reason is None:
                 lr = self.optimizer.param_groups[0]["lr"]
-                loss, tokens = self._update(
-                    [next(self._batches) for _ in range(config.accumulation)]
+                step = self.step + 1
+                evaluating = self.eval_data is not None and (
+                    (config.eval_every is not None and step % config.eval_every == 0)
+                    or step == config.max_steps
+                )
+                logging = evaluating or step % config.log_every == 0 or step == target
+                saving = config.save_every is not None and step % config.save_every == 0
+                checked = self._update(
+                    [next(self._batches) for _ in range(config.accumulation)],
+                    check=logging or saving,
                 )
                 self.elapsed = elapsed_before + time.perf_counter() - started
-                window_loss, window_tokens = window_loss + loss * tokens, window_tokens + tokens
+                for loss, tokens in checked:
+                    window_loss, window_tokens = window_loss + loss * tokens, window_tokens + tokens
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
-                evaluating = self.eval_data is not None and (
-                    (config.eval_every is not None and self.step % config.eval_every == 0)
-                    or self.step == config.max_steps
-                )
-                if evaluating or self.step % config.log_every == 0 or self.step == target:
+                if checked:  # loss: the last update read
+                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+                if logging:
                     seconds = max(time.perf_counter() - window_start, 1e-9)
                     row = {
                         "step": self.step,
@@ -576,8 +598,13 @@ class Trainer:
         self.save()
         return self.history
 
-    def _update(self, micro_batches: list[Batch]) -> tuple[float, int]:
-        """One optimizer update; returns the mean loss per target token and the token count."""
+    def _update(self, micro_batches: list[Batch], check: bool = True) -> list[tuple[float, int]]:
+        """One optimizer update, with no host-device sync unless ``check``.
+
+        With ``check`` it first reads the updates not read yet (this one included), raises
+        :class:`TrainingDiverged` at the first non-finite loss or gradient norm, and returns their
+        ``(mean loss per target token, token count)`` in order; without, it returns ``[]``.
+        """
         loss_sum, tokens = accumulate_gradients(
             self.module,
             micro_batches,
@@ -586,22 +613,36 @@ class Trainer:
             device=self.device,
             distributed=self.distributed,
             autocast=self.autocast,
+            synchronize=False,
         )
-        loss = loss_sum / max(tokens, 1)
         step = self.step + 1
-        if not math.isfinite(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDiverged(step, "loss", loss, self.last_checkpoint)
+        norm = None
         if self.config.grad_clip is not None:
-            norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-            if not math.isfinite(norm):
-                self.optimizer.zero_grad(set_to_none=True)
-                raise TrainingDiverged(step, "gradient norm", norm, self.last_checkpoint)
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self._unchecked.append((step, loss_sum, tokens, norm))
+        checked = self._read_unchecked() if check else []
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()  # once per update, never per micro-batch
         self.step = step
-        return loss, tokens
+        return checked
+
+    def _read_unchecked(self) -> list[tuple[float, int]]:
+        """The losses of the unchecked updates, read in one wait; stops at a non-finite one."""
+        unchecked, self._unchecked = self._unchecked, []
+        loss_sums = torch.stack([loss_sum for _, loss_sum, _, _ in unchecked]).tolist()
+        norms = [norm for *_, norm in unchecked]
+        if self.config.grad_clip is not None:
+            norms = torch.stack(norms).tolist()
+        checked = []
+        for (step, _, tokens, _), loss_sum, norm in zip(unchecked, loss_sums, norms, strict=True):
+            loss = loss_sum / max(tokens, 1)
+            for quantity, value in (("loss", loss), ("gradient norm", norm)):
+                if value is not None and not math.isfinite(value):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    raise TrainingDiverged(step, quantity, value, self.last_checkpoint)
+            checked.append((loss, tokens))
+        return checked
 
     def evaluate(self) -> dict[str, float]:
         """:func:`evaluate` on the evaluation data, plus ``extra_metrics``."""
