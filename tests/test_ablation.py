@@ -1,0 +1,408 @@
+"""Tests of annotated_transformer/ablation.py: studies and configs, statistics against hand
+computations, the Table 3 comparison, the prefix LM and encoder-only batches, and small real
+studies (stored runs load, jobs=2 equals jobs=1)."""
+
+import math
+import statistics
+
+import pytest
+import torch
+
+from annotated_transformer import TransformerConfig, build_model
+from annotated_transformer import ablation as ab
+from annotated_transformer.data import collate_pairs
+from annotated_transformer.decode import greedy_decode
+from annotated_transformer.experiments import ResultsStore
+from annotated_transformer.metrics import t_quantile
+
+PLACEHOLDER_TASK = {"vocab_size": 100, "pad_id": 0, "max_len": 128, "tie_embeddings": True}
+# A translation study small enough for a test: a few updates on a few hundred pairs.
+TINY = {
+    "data.max_train_pairs": 400,
+    "train.max_steps": 3,
+    "train.eval_every": 3,
+    "train.warmup": 1,
+    "evaluation.test_sentences": 8,
+    "evaluation.bleu_resamples": 5,
+    "evaluation.max_new_tokens": 6,
+}
+
+
+# -- studies and configs -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ab.PROFILE_CHOICES)
+@pytest.mark.parametrize("task", list(ab.TASKS))
+def test_every_variant_of_every_study_builds_valid_configs(profile, task):
+    kind = ab.task_kind(task)
+    for name in ab.study_names():
+        configs = ab.run_configs(name, task, seeds=1, profile=profile)
+        assert len(configs) == len(ab.get_study(name).variants(kind)) > 1
+        assert sum(config["baseline"] for config in configs) == 1, name
+        for config in configs:
+            fields = dict(PLACEHOLDER_TASK)
+            if config["model"]["arch"] == "encoder-decoder":
+                fields["share_embeddings"] = True
+            model, train = ab.build_configs(config, fields)
+            assert isinstance(model, TransformerConfig)
+            assert train.seed == config["seed"] and train.max_steps > 0
+            assert config["study"] == name and config["task"] == task
+
+
+def test_a_one_factor_baseline_is_the_profile_base_itself():
+    # Every one-factor study changes one thing of the same base: its baseline is that base.
+    base = None
+    for name in ab.study_names():
+        if name == "factorial":
+            continue
+        (config,) = [c for c in ab.run_configs(name, "multi30k", 1, "gpu") if c["baseline"]]
+        trained = {key: config[key] for key in ("model", "train", "data", "evaluation")}
+        base = base or trained
+        assert trained == base, name
+
+
+def test_heads_keep_d_model_so_d_k_shrinks():
+    configs = ab.run_configs("heads", "multi30k", seeds=1, profile="gpu")
+    (d_model,) = {config["model"]["d_model"] for config in configs}
+    sizes = {
+        config["model"]["n_heads"]: ab.build_configs(config, PLACEHOLDER_TASK)[0].d_head
+        for config in configs
+    }
+    assert sizes == {h: d_model // h for h in (1, 2, 4, 8, 16)}
+
+
+def test_schedules_share_one_peak_rate():
+    from annotated_transformer.optim import noam_lr
+
+    for config in ab.run_configs("schedule", "multi30k", seeds=1, profile="gpu"):
+        train = config["train"]
+        if train["schedule"] == "noam":
+            peak = noam_lr(train["warmup"], config["model"]["d_model"], train["warmup"])
+            assert math.isclose(peak * train["noam_factor"], train["lr"])
+
+
+def test_factorial_has_sixteen_cells_and_one_stack_models_get_both_stacks_layers():
+    configs = ab.run_configs("factorial", "multi30k", seeds=[0, 5], profile="smoke")
+    assert len(configs) == 32 and {c["seed"] for c in configs} == {0, 5}
+    cells = {tuple(sorted(c["factors"].items())) for c in configs}
+    assert len(cells) == 16
+    by_arch = {
+        c["model"]["arch"]: c["model"]["n_layers"]
+        for c in ab.run_configs("architecture", "multi30k", 1, "smoke")
+    }
+    assert by_arch["decoder-only"] == by_arch["encoder-only"] == 2 * by_arch["encoder-decoder"]
+    lm = {c["variant"] for c in ab.run_configs("architecture", "tinyshakespeare", 1, "smoke")}
+    assert lm == {"decoder-only", "encoder-only"}
+
+
+def test_bad_names_and_overrides_give_errors_that_list_the_valid_ones():
+    with pytest.raises(ValueError, match="heads, depth"):
+        ab.get_study("heds")
+    with pytest.raises(ValueError, match="multi30k, cmn-eng, tinyshakespeare"):
+        ab.run_configs("heads", "copy")
+    with pytest.raises(ValueError, match="smoke, cpu, gpu"):
+        ab.run_configs("heads", "multi30k", profile="tpu")
+    with pytest.raises(ValueError, match="'d_modle' is not a model field.*d_model"):
+        ab.parse_overrides({"model.d_modle": 64}, "translation")
+    with pytest.raises(ValueError, match="section 'optim' is not one of: model, train"):
+        ab.parse_overrides({"optim.lr": 1e-3}, "translation")
+    with pytest.raises(ValueError, match="'seed' is not a train field"):
+        ab.parse_overrides({"train.seed": 1}, "translation")
+    with pytest.raises(ValueError, match="no section has it"):
+        ab.parse_overrides({"d_modle": 64}, "translation")
+    with pytest.raises(ValueError, match="JSON object"):
+        ab.parse_overrides("{model.d_model: 64}", "translation")
+    with pytest.raises(ValueError, match="context_length"):
+        ab.parse_overrides({"data.context_length": 64}, "translation")
+    with pytest.raises(ValueError, match="n_heads=3"):  # checked before anything trains
+        ab.run_configs("norm", "multi30k", 1, "smoke", {"model.n_heads": 3})
+    with pytest.raises(ValueError, match="max_steps > warmup"):
+        ab.run_configs("norm", "multi30k", 1, "smoke", {"train.max_steps": 2})
+    with pytest.raises(ValueError, match="seeds"):
+        ab.parse_seeds(0)
+
+
+def test_overrides_parse_from_json_and_bare_names_and_reach_every_run():
+    parsed = ab.parse_overrides('{"max_steps": 7, "model.d_model": 48}', "translation")
+    assert parsed == {"train.max_steps": 7, "model.d_model": 48}
+    configs = ab.run_configs("dropout", "multi30k", seeds="1,2", profile="smoke", overrides=parsed)
+    assert {(c["train"]["max_steps"], c["model"]["d_model"]) for c in configs} == {(7, 48)}
+    assert ab.parse_seeds(3) == [0, 1, 2] and ab.parse_seeds("4, 2") == [4, 2]
+
+
+def test_profile_and_jobs_resolution_says_why():
+    profile, why = ab.resolve_profile("auto")
+    assert profile == ("gpu" if torch.cuda.is_available() else "smoke") and "auto" in why
+    assert ab.resolve_jobs(3, runs=2) == 2
+    if not torch.cuda.is_available():
+        assert ab.resolve_jobs("auto", runs=10) == 1
+    with pytest.raises(ValueError, match="jobs"):
+        ab.resolve_jobs(0)
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def _record(study, variant, seed, value, metric="test_bleu", factors=None, baseline=False):
+    return {
+        "key": f"{study}-{variant}-{seed}",
+        "config": {
+            "study": study,
+            "variant": variant,
+            "factors": factors or {study: variant},
+            "baseline": baseline,
+            "seed": seed,
+            "profile": "gpu",
+            "task": "multi30k",
+        },
+        "metrics": {metric: value},
+        "history": [],
+        "provenance": {"device": "X", "git_commit": "0" * 40, "date": "2026-01-01T00:00:00"},
+    }
+
+
+def test_summary_matches_the_statistics_module_and_a_hand_t_interval():
+    values = {"a": [20.0, 21.0, 23.0], "b": [18.0, 18.5]}
+    records = [
+        _record("s", label, seed, value, baseline=label == "a")
+        for label, runs in values.items()
+        for seed, value in enumerate(runs)
+    ]
+    rows = {row["variant"]: row for row in ab.summarize(records, "test_bleu")}
+    for label, runs in values.items():
+        row = rows[label]
+        half = t_quantile(0.975, len(runs) - 1) * statistics.stdev(runs) / math.sqrt(len(runs))
+        assert row["n"] == len(runs)
+        assert math.isclose(row["mean"], statistics.mean(runs))
+        assert math.isclose(row["std"], statistics.stdev(runs))
+        assert math.isclose(row["ci_high"] - row["mean"], half)
+        assert (row["min"], row["max"]) == (min(runs), max(runs))
+    assert math.isclose(t_quantile(0.975, 2), 4.302652729911275, rel_tol=1e-9)  # a t table
+    assert rows["b"]["vs_baseline"] == pytest.approx(18.25 - 64 / 3)
+    assert "verdict" not in rows["a"]  # the baseline is not compared with itself
+
+
+def test_welch_test_by_hand():
+    first, second = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]
+    result = ab.welch_test(first, second)
+    standard_error = math.sqrt(1 / 3 + 1 / 3)
+    assert result["difference"] == 3.0
+    assert math.isclose(result["t"], 3.0 / standard_error)
+    assert math.isclose(result["df"], 4.0)  # equal variances and sizes: n1 + n2 - 2
+    # t = 3.67 lies between the 97.5% (2.776) and 99% (3.747) quantiles of t with 4 df.
+    assert 0.02 < result["p_value"] < 0.05
+
+
+def test_noise_judgement_both_ways_and_with_one_run():
+    clear = ab.judge([20.0, 20.1, 19.9], [22.0, 22.1, 21.9])
+    assert clear["verdict"] == "differs" and clear["p_value"] < 0.001
+    noisy = ab.judge([20.0, 23.0, 17.0], [21.0, 18.0, 24.0])
+    assert noisy["verdict"] == "within noise" and noisy["p_value"] > 0.5
+    single = ab.judge([20.0], [25.0, 26.0])
+    assert single["verdict"] == "cannot judge" and math.isnan(single["p_value"])
+
+
+def test_ranking_orders_by_mean_in_the_right_direction():
+    records = [
+        _record("s", label, seed, value + 0.1 * seed)
+        for label, value in (("low", 1.0), ("mid", 2.0), ("high", 3.0))
+        for seed in range(3)
+    ]
+    summary = ab.summarize(records, "test_bleu")
+    assert [row["variant"] for row in ab.rank(summary, True)] == ["high", "mid", "low"]
+    ranked = ab.rank(summary, False)
+    assert [(row["rank"], row["variant"]) for row in ranked] == [
+        (1, "low"),
+        (2, "mid"),
+        (3, "high"),
+    ]
+    assert ranked[0]["overlaps_best"] and not ranked[2]["overlaps_best"]
+
+
+def _synthetic_factorial():
+    # y = 10 + 2a + b - 0.5c + 3ab (a, b, c, d in {0, 1}); seed noise of ±0.2 that cancels.
+    records = []
+    for cell in range(16):
+        a, b, c, d = (cell >> 3) & 1, (cell >> 2) & 1, (cell >> 1) & 1, cell & 1
+        factors = {"A": f"a{a}", "B": f"b{b}", "C": f"c{c}", "D": f"d{d}"}
+        y = 10 + 2 * a + b - 0.5 * c + 3 * a * b
+        for seed, noise in enumerate((-0.2, 0.2)):
+            label = ", ".join(factors.values())
+            records.append(_record("factorial", label, seed, y + noise, factors=factors))
+    return records
+
+
+def test_a_synthetic_factorial_gives_back_its_main_effects_and_its_interaction():
+    records = _synthetic_factorial()
+    effects = {(row["factor"], row["level"]): row for row in ab.main_effects(records, "test_bleu")}
+    # Main effect of A averages over b: 2 + 3 * mean(b) = 3.5; of B: 1 + 3 * mean(a) = 2.5.
+    for factor, expected in (("A", 3.5), ("B", 2.5), ("C", -0.5), ("D", 0.0)):
+        low, high = effects[(factor, f"{factor.lower()}0")], effects[(factor, f"{factor.lower()}1")]
+        assert high["difference"] == pytest.approx(expected)
+        assert high["mean"] - low["mean"] == pytest.approx(expected)
+        assert low["n"] == high["n"] == 16
+        assert low["effect"] == pytest.approx(-expected / 2)
+    by_hand = [r["metrics"]["test_bleu"] for r in records if r["config"]["factors"]["A"] == "a1"]
+    assert effects[("A", "a1")]["std"] == pytest.approx(statistics.stdev(by_hand))
+    assert effects[("A", "a1")]["min"] == min(by_hand)
+    table = ab.interaction(records, "test_bleu", "A", "B")
+    assert table["rows"] == ["a0", "a1"] and table["columns"] == ["b0", "b1"]
+    assert table["interaction"] == pytest.approx(3.0)
+    assert table["means"][0][0] == pytest.approx(10 - 0.25)  # c averages to -0.25
+    for other in ("C", "D"):
+        assert ab.interaction(records, "test_bleu", "A", other)["interaction"] == pytest.approx(0)
+
+
+def test_curves_average_the_seeds_at_common_steps():
+    records = [_record("s", "v", seed, 0.0) for seed in range(2)]
+    records[0]["history"] = [{"step": 10, "eval_loss": 3.0}, {"step": 20, "eval_loss": 2.0}]
+    records[1]["history"] = [{"step": 10, "eval_loss": 5.0}, {"step": 20, "eval_loss": 2.0}]
+    curve = ab.curves(records)["v"]
+    assert curve["step"] == [10, 20] and curve["mean"] == [4.0, 2.0] and curve["n"] == 2
+    assert curve["std"][0] == pytest.approx(statistics.stdev([3.0, 5.0]))
+
+
+def test_table3_comparison_agrees_disagrees_and_says_within_noise():
+    def runs(study, variant, values, metric="test_bleu"):
+        return [_record(study, variant, s, v, metric) for s, v in enumerate(values)]
+
+    records = (
+        runs("heads", "8", [25.0, 25.1, 24.9])
+        + runs("heads", "1", [22.0, 22.1, 21.9])  # paper: 1 head worse; ours: worse
+        + runs("heads", "4", [27.0, 27.1, 26.9])  # paper: worse; ours: better
+        + runs("heads", "16", [24.0, 26.0, 25.0])  # paper: same; ours: within noise
+        + runs("depth", "3", [25.0, 26.0, 24.0])
+        + runs("depth", "1", [24.0, 26.5, 23.5])  # paper: worse; ours: within noise
+        + runs("dropout", "0.1", [25.0])
+        + runs("dropout", "0.0", [24.0])  # one run each
+    )
+    rows = {row["trend"]: row for row in ab.vaswani_comparison(records, "test_bleu", True)}
+    assert rows["1 head instead of 8"]["verdict"] == "agrees"
+    assert rows["1 head instead of 8"]["paper_change"] == pytest.approx(24.9 - 25.8)
+    assert rows["4 heads instead of 8"]["verdict"] == "disagrees"
+    assert rows["16 heads instead of 8"]["verdict"] == "agrees"  # no clear change in either
+    assert rows["fewer layers (paper 6 -> 2, ours 3 -> 1)"]["verdict"] == "within noise"
+    assert rows["no dropout"]["verdict"] == "cannot judge"
+    assert rows["twice the width"]["verdict"] == "not run"
+    assert rows["smaller key size d_k at fixed h"]["verdict"] == "not run"
+    # A loss is compared with the paper's perplexity: lower is better.
+    losses = runs("heads", "8", [2.0, 2.01, 1.99], "valid_loss") + runs(
+        "heads", "1", [2.5, 2.51, 2.49], "valid_loss"
+    )
+    row = ab.vaswani_comparison(losses, "valid_loss", False)[0]
+    assert row["paper_change"] == pytest.approx(5.29 - 4.92)
+    assert (row["paper"], row["ours"], row["verdict"]) == ("worse", "worse", "agrees")
+
+
+# -- one stack for source and target --------------------------------------------------------
+
+
+def _translation_batch():
+    pairs = [([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14])]
+    return collate_pairs(pairs, pad_id=0, bos_id=1, eos_id=2)
+
+
+def test_prefix_lm_batch_puts_the_loss_on_the_target_tokens_only():
+    batch = _translation_batch()
+    joined = ab.prefix_lm_batch(batch, pad_id=0)
+    assert joined.src is None
+    assert joined.inputs.tolist() == [[5, 6, 7, 2, 1, 8, 9], [10, 2, 1, 11, 12, 13, 14]]
+    assert joined.targets.tolist() == [[0, 0, 0, 0, 8, 9, 2], [0, 0, 11, 12, 13, 14, 2]]
+    assert joined.num_tokens(0) == batch.num_tokens(0)  # the same tokens carry the loss
+    # Each loss position's input is the token before its target: a shift by one.
+    keep = joined.targets != 0
+    assert torch.equal(joined.inputs[:, 1:][keep[:, :-1]], joined.targets[:, :-1][keep[:, :-1]])
+
+
+def _single_stack(arch):
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        arch=arch, vocab_size=20, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0
+    )
+    return build_model(config).eval()
+
+
+@pytest.mark.parametrize("arch", ["decoder-only", "encoder-only"])
+def test_only_the_encoder_only_model_sees_the_future(arch):
+    model = _single_stack(arch)
+    tokens = torch.randint(3, 20, (1, 10), generator=torch.Generator().manual_seed(1))
+    changed = tokens.clone()
+    changed[0, 6] = 3 if tokens[0, 6] != 3 else 4
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)  # [1, 10, 20]
+    moved = not torch.allclose(before[:, :6], after[:, :6])
+    assert moved == (arch == "encoder-only")
+
+
+def test_greedy_recompute_equals_cached_greedy_decoding():
+    model = _single_stack("decoder-only")
+    prompt = torch.randint(3, 20, (3, 4), generator=torch.Generator().manual_seed(2))
+    cached = greedy_decode(model, prompt=prompt, max_new_tokens=8, eos_id=2)
+    assert torch.equal(ab.greedy_recompute(model, prompt, 8, eos_id=2, pad_id=0), cached)
+
+
+# -- real (tiny) studies ------------------------------------------------------------------------
+
+
+def test_a_smoke_study_writes_records_then_loads_them(tmp_path, monkeypatch):
+    store = ResultsStore(tmp_path)
+    records = ab.run_study("norm", "multi30k", 1, "smoke", TINY, jobs=1, store=store, log=None)
+    assert [r["config"]["variant"] for r in records] == ["layernorm", "rmsnorm"]
+    for record in records:
+        assert store.exists(record["key"])
+        metrics = record["metrics"]
+        assert metrics["test_sentences"] == 8 and 0 <= metrics["test_bleu"] <= 100
+        assert metrics["test_bleu_low"] <= metrics["test_bleu_high"]
+        assert math.isfinite(metrics["test_loss"]) and metrics["decode"] == "greedy"
+        assert record["history"] and record["provenance"]["seed"] == 0
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(ab, "train_run", no_training)
+    again = ab.run_study("norm", "multi30k", 1, "smoke", TINY, jobs=1, store=store, log=None)
+    assert again == records
+    # The residual study's baseline is the same training run as the norm study's: reused.
+    trained = []
+    monkeypatch.setattr(ab, "train_run", lambda config, device: trained.append(config) or {})
+    both = ab.run_study("residual", "multi30k", 1, "smoke", TINY, jobs=1, store=store, log=None)
+    assert [config["variant"] for config in trained] == ["without"]
+    assert both[0]["metrics"] == records[0]["metrics"] and both[0]["config"]["study"] == "residual"
+    # With no time left only the stored (shared) baseline comes back.
+    late = ab.run_study("dropout", "multi30k", 1, "smoke", TINY, store=store, budget_s=0)
+    assert [record["config"]["variant"] for record in late] == ["0.1"]
+    paths = ab.save_tables(records, store, "test_bleu", True)
+    assert paths["csv"].read_text().startswith("variant,norm,n,mean")
+    assert len(store.records()) == 5  # the summaries' folder holds no records
+
+
+def test_two_jobs_give_the_same_numbers_as_one(tmp_path):
+    one = ab.run_study(
+        "norm", "multi30k", 1, "smoke", TINY, jobs=1, store=ResultsStore(tmp_path / "1"), log=None
+    )
+    two = ab.run_study(
+        "norm", "multi30k", [0], "smoke", TINY, jobs=2, store=ResultsStore(tmp_path / "2"), log=None
+    )
+    assert [r["key"] for r in one] == [r["key"] for r in two]
+    for first, second in zip(one, two, strict=True):
+        assert first["metrics"] == second["metrics"]
+        assert first["history"][-1]["train_loss"] == second["history"][-1]["train_loss"]
+
+
+def test_a_character_lm_study_measures_the_encoder_only_leak_honestly(tmp_path):
+    overrides = {"max_steps": 3, "eval_every": 3, "warmup": 1, "evaluation.eval_batches": 2}
+    records = ab.run_study(
+        "architecture",
+        "tinyshakespeare",
+        1,
+        "smoke",
+        overrides,
+        jobs=1,
+        store=ResultsStore(tmp_path),
+        log=None,
+    )
+    assert [r["config"]["model"]["arch"] for r in records] == ["decoder-only", "encoder-only"]
+    for record in records:
+        metrics = record["metrics"]
+        assert metrics["valid_bits_per_char"] == pytest.approx(metrics["valid_loss"] / math.log(2))
+        assert math.isfinite(metrics["valid_last_position_loss"])
