@@ -6,14 +6,16 @@ trained model's attention without shipping its weights:
 
 - encoder-decoder (:func:`capture_translation`)::
 
-    {"kind": "encoder-decoder", "source", "translation", "source_tokens", "target_tokens",
-     "output_tokens", "encoder": [L][H][S][S], "decoder": [L][H][T][T], "cross": [L][H][T][S]}
+    {"kind": "encoder-decoder", "source", "translation", "source_ids", "target_ids",
+     "source_tokens", "target_tokens", "output_tokens",
+     "encoder": [L][H][S][S], "decoder": [L][H][T][T], "cross": [L][H][T][S]}
 
   ``target_tokens`` are the decoder's inputs (the start symbol, then the translation);
   ``output_tokens`` what each decoder position predicts (the translation, then the end symbol);
+  the ``*_ids`` are the token ids the model read, to run it again on the same input;
 - decoder-only (:func:`capture_text`)::
 
-    {"kind": "decoder-only", "text", "tokens", "decoder": [L][H][T][T]}
+    {"kind": "decoder-only", "text", "ids", "tokens", "decoder": [L][H][T][T]}
 
 Every row of weights is one query's distribution over the keys (queries on the first axis, keys on
 the second), rounded to ``decimals`` places so that stored maps and book pages stay small.
@@ -155,6 +157,8 @@ def capture_translation(
         "kind": "encoder-decoder",
         "source": source,
         "translation": translation,
+        "source_ids": source_ids,
+        "target_ids": inputs,
         "source_tokens": token_strings(tokenizer, source_ids),
         "target_tokens": token_strings(tokenizer, inputs),
         # What each decoder position predicts; one shorter than target_tokens when the greedy
@@ -181,6 +185,7 @@ def capture_text(model: nn.Module, tokenizer: Any, text: str, *, decimals: int =
     return {
         "kind": "decoder-only",
         "text": text,
+        "ids": ids,
         "tokens": token_strings(tokenizer, ids),
         "decoder": _rounded(maps["decoder"], decimals),  # [L][H][T][T]
     }
@@ -243,3 +248,185 @@ def bertviz_inputs(
         "encoder_tokens": label(attention_map["source_tokens"]),
         "decoder_tokens": label(attention_map["target_tokens"]),
     }
+
+
+# -- what a head does, measured --------------------------------------------------------------
+# Every measure takes weights [..., T_q, T_k] (one head, a layer's heads, or [L, H, T_q, T_k])
+# and averages over the query positions, so it returns [...]: one number per head.
+
+
+def previous_token_score(weights: Tensor) -> Tensor:
+    """Mean weight that query ``t`` puts on key ``t - 1``, over ``t = 1 .. T-1``.
+
+    1 for a perfect previous-token head; ``1/T`` for uniform attention over ``T`` keys.
+    """
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # [...]
+
+
+def key_mass(weights: Tensor, keys: Sequence[int]) -> Tensor:
+    """Mean total weight the queries put on the key positions ``keys`` (e.g. ``[0]``: the first
+    token; the positions of the delimiters)."""
+    if not len(keys):
+        return weights.new_zeros(weights.shape[:-2])
+    return weights[..., list(keys)].sum(-1).mean(-1)  # [...]
+
+
+DELIMITERS = frozenset({".", ",", "!", "?", ";", ":", "-", "<s>", "</s>", "<eos>"})
+
+
+def delimiter_positions(tokens: Sequence[str]) -> list[int]:
+    """Positions of punctuation, start/end symbols and pure whitespace (``" "``, ``"\\n"``)."""
+    return [index for index, token in enumerate(tokens) if token.strip() in DELIMITERS | {""}]
+
+
+def attention_entropy(weights: Tensor) -> Tensor:
+    """Mean entropy (nats) of the queries' distributions: 0 when each query looks at one key,
+    ``log T`` for uniform attention over ``T`` keys (``0 log 0 = 0``)."""
+    return -torch.special.xlogy(weights, weights).sum(-1).mean(-1)  # [...]
+
+
+Alignment = dict[int, set[int]]  # query position -> the key positions it aligns with
+
+
+def _word(token: str) -> str:
+    return token.strip().lower()
+
+
+def identical_alignment(
+    query_tokens: Sequence[str], key_tokens: Sequence[str], min_length: int = 3
+) -> Alignment:
+    """Align pieces spelt alike on both sides (names, numbers, shared words: ``" Ball"`` and
+    ``" ball"``), ignoring case and the leading space.
+
+    Start and end symbols never align. Pieces shorter than ``min_length`` characters are
+    skipped unless they are numbers: a
+    German ``en`` and an English ``en`` are parts of unrelated words. A piece that occurs at
+    several source positions aligns with all of them. High precision, low recall: most words of
+    a sentence have no identical counterpart, and a frequent piece can still match by accident.
+    """
+    where: dict[str, set[int]] = {}
+    for position, token in enumerate(key_tokens):
+        where.setdefault(_word(token), set()).add(position)
+    alignment = {}
+    for position, token in enumerate(query_tokens):
+        word = _word(token)
+        if word in where and word not in DELIMITERS and (len(word) >= min_length or word.isdigit()):
+            alignment[position] = where[word]
+    return alignment
+
+
+def diagonal_alignment(n_queries: int, n_keys: int, width: int = 1) -> Alignment:
+    """The monotone band: query ``t`` aligns with the keys within ``width`` of
+    ``t · (n_keys - 1) / (n_queries - 1)``, the diagonal stretched to the two lengths.
+
+    A crude reference that assumes both languages say things in the same order; German puts the
+    verb last in subordinate clauses, so a perfect aligner disagrees with it there.
+    """
+    scale = (n_keys - 1) / max(n_queries - 1, 1)
+    alignment = {}
+    for query in range(n_queries):
+        centre = round(query * scale)
+        alignment[query] = set(range(max(centre - width, 0), min(centre + width, n_keys - 1) + 1))
+    return alignment
+
+
+def argmax_hits(weights: Tensor, alignment: Alignment) -> Tensor:
+    """How many aligned queries have their largest weight on one of their aligned keys: ``[...]``
+    (divide by ``len(alignment)`` for a rate)."""
+    hits = weights.new_zeros(weights.shape[:-2])
+    if not alignment:
+        return hits
+    best = weights.argmax(-1)  # [..., T_q]
+    for query, keys in alignment.items():
+        hits = hits + torch.isin(best[..., query], torch.tensor(sorted(keys))).to(weights.dtype)
+    return hits
+
+
+def chance_hits(alignment: Alignment, n_keys: int) -> float:
+    """The expected number of hits of a head whose argmax is uniform over the ``n_keys`` keys."""
+    return sum(len(keys) / n_keys for keys in alignment.values())
+
+
+ALIGNMENTS = ("identical", "diagonal")
+QUERY_SIDES = ("output", "input")
+
+
+def cross_alignment(
+    maps: Sequence[dict[str, Any]], reference: str = "identical", side: str = "output"
+) -> dict[str, Any]:
+    """How often each cross-attention head's argmax follows a reference alignment, over ``maps``.
+
+    ``reference``: ``"identical"`` (:func:`identical_alignment`) or ``"diagonal"``
+    (:func:`diagonal_alignment`). ``side``: align the source with the token each decoder position
+    *predicts* (``"output"``, as Bahdanau et al.'s alignments) or with the token it *reads*
+    (``"input"``, one step behind).
+
+    Returns ``{"rate": [L, H] hits / aligned queries, "chance": the rate of a uniform argmax,
+    "queries": how many aligned queries were counted}``. The end symbol and padding never count.
+    """
+    if reference not in ALIGNMENTS:
+        raise ValueError(f"reference={reference!r} is not one of: {', '.join(ALIGNMENTS)}")
+    if side not in QUERY_SIDES:
+        raise ValueError(f"side={side!r} is not one of: {', '.join(QUERY_SIDES)}")
+    hits, chance, queries = None, 0.0, 0
+    for attention_map in maps:
+        cross = to_tensors(attention_map)["cross"]  # [L, H, T, S]
+        source = attention_map["source_tokens"]
+        # Leave out the source's end symbol: every query may look there (a resting place).
+        keys = source[:-1] if source and source[-1] in ("</s>", "<eos>") else source
+        tokens = attention_map["output_tokens" if side == "output" else "target_tokens"]
+        tokens = tokens[: cross.size(-2)]
+        symbols = {query for query, token in enumerate(tokens) if token in ("<s>", "</s>")}
+        if reference == "identical":
+            alignment = identical_alignment(tokens, keys)
+        else:
+            # The translation's own tokens: the input side starts with <s>, the output side
+            # ends with </s>.
+            words = [query for query in range(len(tokens)) if query not in symbols]
+            band = diagonal_alignment(len(words), len(keys))
+            alignment = {query: band[rank] for rank, query in enumerate(words)}
+        alignment = {query: keys for query, keys in alignment.items() if query not in symbols}
+        found = argmax_hits(cross, alignment)  # [L, H]
+        hits = found if hits is None else hits + found
+        chance += chance_hits(alignment, cross.size(-1))
+        queries += len(alignment)
+    if hits is None or queries == 0:
+        return {"rate": hits, "chance": float("nan"), "queries": 0}
+    return {"rate": hits / queries, "chance": chance / queries, "queries": queries}
+
+
+def head_scores(maps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per stack, layer and head, each measure averaged over ``maps``:
+    ``previous`` (:func:`previous_token_score`, self-attention only), ``first`` (weight on key 0),
+    ``last`` (on the last key: the source's end symbol in the encoder and cross-attention),
+    ``delimiter`` (on :func:`delimiter_positions`), ``entropy`` (nats) and ``max_entropy``
+    (mean ``log`` of the number of keys a query may see: the entropy of uniform attention)."""
+    sums: dict[tuple[str, int, int], dict[str, list[float]]] = {}
+    for attention_map in maps:
+        for stack, weights in to_tensors(attention_map).items():  # [L, H, T_q, T_k]
+            _, key_tokens = axis_tokens(attention_map, stack)
+            n_queries, n_keys = weights.shape[-2:]
+            # Causal self-attention: query t sees t + 1 keys; the others see all of them.
+            visible = (
+                torch.arange(1, n_queries + 1) if stack == "decoder" else torch.tensor([n_keys])
+            )
+            scores = {
+                "first": key_mass(weights, [0]),
+                "last": key_mass(weights, [n_keys - 1]),
+                "delimiter": key_mass(weights, delimiter_positions(key_tokens)),
+                "entropy": attention_entropy(weights),
+                "max_entropy": torch.full(weights.shape[:2], visible.double().log().mean().item()),
+            }
+            if stack != "cross" and n_queries > 1:
+                scores["previous"] = previous_token_score(weights)
+            layers, heads = weights.shape[:2]
+            for layer in range(layers):
+                for head in range(heads):
+                    row = sums.setdefault((stack, layer, head), {})
+                    for name, value in scores.items():
+                        row.setdefault(name, []).append(float(value[layer, head]))
+    return [
+        {"stack": stack, "layer": layer, "head": head}
+        | {name: sum(values) / len(values) for name, values in row.items()}
+        for (stack, layer, head), row in sums.items()
+    ]

@@ -1,0 +1,360 @@
+"""attention_maps: capture on tiny models, round trips, bertviz inputs, and the head measures
+checked on hand-built attention whose right answer is known."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import annotated_transformer as at
+from annotated_transformer.attention_maps import (
+    argmax_hits,
+    attention_entropy,
+    axis_tokens,
+    bertviz_inputs,
+    capture_text,
+    capture_translation,
+    chance_hits,
+    cross_alignment,
+    delimiter_positions,
+    diagonal_alignment,
+    head_scores,
+    identical_alignment,
+    key_mass,
+    previous_token_score,
+    readable_tokens,
+    to_tensors,
+    token_strings,
+)
+from annotated_transformer.data.batching import collate_pairs
+from annotated_transformer.data.tokenizers import BPETokenizer, CharTokenizer
+from annotated_transformer.experiments import ResultsStore
+
+PAIRS = [
+    ("Zwei junge Männer spielen Fußball .", "Two young men play soccer ."),
+    ("Ein Hund läuft im Schnee .", "A dog runs in the snow ."),
+    ("Eine Frau spielt Gitarre .", "A woman plays the guitar ."),
+]
+SOURCE = "Ein Hund spielt im Schnee ."
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    texts = [sentence for pair in PAIRS for sentence in pair] * 3
+    return BPETokenizer.train(texts, vocab_size=400, min_frequency=1)
+
+
+@pytest.fixture(scope="module")
+def info(bpe):
+    return {
+        "pad_id": bpe.pad_id,
+        "bos_id": bpe.bos_id,
+        "eos_id": bpe.eos_id,
+        "source_eos": True,
+        "max_new_tokens": 12,
+    }
+
+
+@pytest.fixture(scope="module")
+def translator(bpe):
+    at.seed_everything(0)
+    config = at.TransformerConfig(
+        arch="encoder-decoder",
+        vocab_size=bpe.vocab_size,
+        pad_id=bpe.pad_id,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        d_ff=32,
+        dropout=0.1,  # on: the capture must switch it off
+    )
+    return at.build_model(config)
+
+
+@pytest.fixture(scope="module")
+def characters():
+    return CharTokenizer.build("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+
+
+@pytest.fixture(scope="module")
+def language_model(characters):
+    at.seed_everything(0)
+    config = at.TransformerConfig(
+        arch="decoder-only",
+        vocab_size=characters.vocab_size,
+        pad_id=None,
+        max_len=32,
+        d_model=16,
+        n_heads=2,
+        n_layers=3,
+        d_ff=32,
+    )
+    return at.build_model(config)
+
+
+def rows_sum_to_one(weights: torch.Tensor, decimals: int = 3) -> None:
+    """Each row sums to 1 within the rounding of its entries (half a unit of the last place)."""
+    tolerance = weights.size(-1) * 0.5 * 10**-decimals + 1e-9
+    assert (weights.sum(-1) - 1).abs().max() <= tolerance
+
+
+# -- capture ---------------------------------------------------------------------------------
+
+
+def test_capture_translation_gives_every_stack_with_tokens_on_its_axes(translator, bpe, info):
+    record = capture_translation(translator, bpe, SOURCE, info)
+    assert record["kind"] == "encoder-decoder" and record["source"] == SOURCE
+    source, target = record["source_tokens"], record["target_tokens"]
+    assert source[-1] == "</s>" and "".join(source[:-1]) == " " + SOURCE  # byte-level BPE
+    assert target[0] == "<s>"
+    tensors = to_tensors(record)
+    layers, heads = 2, 2
+    assert tensors["encoder"].shape == (layers, heads, len(source), len(source))
+    assert tensors["decoder"].shape == (layers, heads, len(target), len(target))
+    assert tensors["cross"].shape == (layers, heads, len(target), len(source))
+    for stack, weights in tensors.items():
+        queries, keys = axis_tokens(record, stack)
+        assert weights.shape[-2:] == (len(queries), len(keys))
+        rows_sum_to_one(weights)
+    causal = torch.ones(len(target), len(target), dtype=torch.bool).triu(1)
+    assert (tensors["decoder"][..., causal] == 0).all()  # no query sees a later position
+    assert translator.training  # the capture restored the mode it found
+
+
+def test_the_source_is_encoded_as_the_training_batches_build_it(translator, bpe, info):
+    record = capture_translation(translator, bpe, SOURCE, info, translation="A dog .")
+    batch = collate_pairs([(bpe.encode(SOURCE), bpe.encode("A dog ."))], *info_ids(info))
+    assert record["source_tokens"] == token_strings(bpe, batch.src[0].tolist())
+    assert record["target_tokens"] == token_strings(bpe, batch.inputs[0].tolist())
+    assert record["output_tokens"] == token_strings(bpe, batch.targets[0].tolist())
+
+
+def info_ids(info):
+    return info["pad_id"], info["bos_id"], info["eos_id"]
+
+
+def test_greedy_capture_reads_the_models_own_translation(translator, bpe, info):
+    record = capture_translation(translator, bpe, SOURCE, info)
+    # Greedy: what each position predicts is the argmax of the model's logits at that position.
+    src = torch.tensor([record["source_ids"]])  # [1, S]
+    assert record["source_ids"] == bpe.encode(SOURCE) + [bpe.eos_id]
+    tgt = torch.tensor([record["target_ids"]])  # [1, T]
+    translator.eval()
+    with torch.no_grad():
+        predicted = translator(src, tgt).argmax(-1)[0].tolist()
+    translator.train()
+    assert token_strings(bpe, predicted)[: len(record["output_tokens"])] == record["output_tokens"]
+    assert len(record["target_tokens"]) <= 1 + info["max_new_tokens"]
+
+
+def test_greedy_maps_are_one_forward_pass_over_the_ids_it_stores(translator, bpe, info):
+    record = capture_translation(translator, bpe, SOURCE, info, max_new_tokens=6, decimals=6)
+    src, tgt = torch.tensor([record["source_ids"]]), torch.tensor([record["target_ids"]])
+    translator.eval()
+    with torch.no_grad():
+        _, maps = translator(src, tgt, return_attention=True)
+    translator.train()
+    for stack, weights in to_tensors(record).items():
+        expected = torch.cat(maps[stack]).double()  # [L, H, T_q, T_k]
+        torch.testing.assert_close(weights, expected, atol=5e-7, rtol=0)
+
+
+def test_capture_is_deterministic_and_json_safe_with_rounded_weights(translator, bpe, info):
+    first = capture_translation(translator, bpe, SOURCE, info, decimals=2)
+    second = capture_translation(translator, bpe, SOURCE, info, decimals=2)
+    assert first == second
+    text = json.dumps(first, allow_nan=False)
+    numbers = [float(number) for number in json.dumps(first["cross"]).replace("[", "").replace(
+        "]", "").split(",")]  # fmt: skip
+    assert all(round(number, 2) == number for number in numbers)
+    assert "0.0000" not in text  # no float32 noise such as 0.12000000476837158
+
+
+def test_capture_text_gives_causal_maps_over_the_characters(language_model, characters):
+    text = "Before we proceed"
+    record = capture_text(language_model, characters, text)
+    assert record["kind"] == "decoder-only" and record["tokens"] == list(text)
+    weights = to_tensors(record)["decoder"]
+    assert weights.shape == (3, 2, len(text), len(text))
+    rows_sum_to_one(weights)
+    assert weights[..., 0, 0].eq(1).all()  # the first query can only see itself
+
+
+def test_capture_text_refuses_a_text_longer_than_the_context(language_model, characters):
+    with pytest.raises(ValueError, match="1 to 32"):
+        capture_text(language_model, characters, "hear me speak " * 3)
+
+
+def test_maps_round_trip_through_the_results_store(tmp_path, translator, bpe, info,
+                                                   language_model, characters):  # fmt: skip
+    maps = [
+        capture_translation(translator, bpe, SOURCE, info),
+        capture_text(language_model, characters, "hear me"),
+    ]
+    store = ResultsStore(tmp_path)
+    path = store.save_attention("run", maps)
+    assert path == store.attention_path("run")
+    loaded = store.load_attention("run")
+    assert loaded == maps
+    for before, after in zip(maps, loaded, strict=True):
+        for stack, weights in to_tensors(before).items():
+            torch.testing.assert_close(to_tensors(after)[stack], weights)
+
+
+def test_token_strings_and_readable_labels(bpe, characters):
+    ids = bpe.encode(" Zwei") + [bpe.eos_id]
+    assert token_strings(bpe, ids)[-1] == "</s>"
+    assert "".join(token_strings(bpe, ids[:-1])) == " Zwei"
+    assert token_strings(characters, characters.encode("a\n")) == ["a", "\n"]
+    assert readable_tokens([" Zwei", "ge", " ", "\n", "\x17", "</s>"]) == [
+        "▁Zwei", "ge", "␣", "⏎", "\\x17", "</s>"
+    ]  # fmt: skip
+
+
+# -- bertviz ---------------------------------------------------------------------------------
+
+
+def test_bertviz_inputs_have_its_shapes(translator, bpe, info, language_model, characters):
+    record = capture_translation(translator, bpe, SOURCE, info)
+    inputs = bertviz_inputs(record)
+    assert len(inputs["encoder_attention"]) == 2
+    S, T = len(record["source_tokens"]), len(record["target_tokens"])  # noqa: N806
+    assert inputs["encoder_attention"][0].shape == (1, 2, S, S)
+    assert inputs["decoder_attention"][0].shape == (1, 2, T, T)
+    assert inputs["cross_attention"][0].shape == (1, 2, T, S)
+    assert inputs["encoder_tokens"] == readable_tokens(record["source_tokens"])
+    text = bertviz_inputs(capture_text(language_model, characters, "hear"), decimals=1)
+    assert set(text) == {"attention", "tokens"} and text["tokens"] == list("hear")
+    assert all(value == round(value, 1) for value in text["attention"][0].flatten().tolist())
+
+
+def test_bertviz_renders_the_tokens(translator, bpe, info, language_model, characters):
+    bertviz = pytest.importorskip("bertviz")
+    record = capture_translation(translator, bpe, "Ein Hund .", info, translation="A dog .")
+    head = bertviz.head_view(**bertviz_inputs(record), html_action="return").data
+    model = bertviz.model_view(
+        **bertviz_inputs(record), display_mode="light", html_action="return"
+    ).data
+    for html in (head, model):
+        for token in ("Hund", "dog", "</s>", "<s>"):
+            assert json.dumps(token)[1:] in html  # bertviz shows "▁Hund" as " Hund"
+    text = capture_text(language_model, characters, "hear")
+    html = bertviz.head_view(**bertviz_inputs(text), html_action="return").data
+    assert '"left_text": ["h", "e", "a", "r"]' in html
+
+
+# -- the measures, on attention whose answer is known ----------------------------------------
+
+
+def uniform(n_queries: int, n_keys: int) -> torch.Tensor:
+    return torch.full((n_queries, n_keys), 1 / n_keys)
+
+
+def previous_token_head(length: int) -> torch.Tensor:
+    weights = torch.zeros(length, length)
+    weights[0, 0] = 1
+    weights[torch.arange(1, length), torch.arange(length - 1)] = 1
+    return weights
+
+
+def test_previous_token_score_is_one_for_a_perfect_head_and_one_over_t_for_uniform():
+    assert previous_token_score(previous_token_head(6)).item() == 1
+    assert previous_token_score(uniform(6, 6)).item() == pytest.approx(1 / 6)
+    assert previous_token_score(torch.eye(6)).item() == 0
+    stacked = torch.stack([previous_token_head(5), uniform(5, 5)])[None]  # [1, 2, 5, 5]
+    assert previous_token_score(stacked).shape == (1, 2)
+
+
+def test_entropy_is_zero_for_one_hot_rows_and_log_t_for_uniform():
+    assert attention_entropy(torch.eye(5)).item() == 0
+    assert attention_entropy(uniform(5, 8)).item() == pytest.approx(math.log(8))
+
+
+def test_key_mass_on_the_first_token_and_on_delimiters():
+    weights = torch.zeros(4, 4)
+    weights[:, 0] = 1
+    assert key_mass(weights, [0]).item() == 1
+    assert key_mass(uniform(4, 4), [1, 3]).item() == pytest.approx(0.5)
+    assert key_mass(uniform(4, 4), []).item() == 0
+    assert delimiter_positions(["<s>", " A", " dog", " .", "\n", " ", "</s>"]) == [0, 3, 4, 5, 6]
+
+
+def test_identical_alignment_matches_names_numbers_and_shared_words_only():
+    source = [" Zwei", " Männer", " spielen", " Ball", " in", " Berlin", " 2", " .", "</s>"]
+    output = [" Two", " men", " play", " ball", " in", " Berlin", " 2", " .", "</s>"]
+    # "in" is two letters (skipped: too short to trust), "." is punctuation, "2" a number.
+    assert identical_alignment(output, source) == {3: {3}, 5: {5}, 6: {6}}
+
+
+def test_diagonal_alignment_is_the_identity_on_a_square_and_stretches_otherwise():
+    assert diagonal_alignment(4, 4, width=0) == {0: {0}, 1: {1}, 2: {2}, 3: {3}}
+    assert diagonal_alignment(3, 5, width=1) == {0: {0, 1}, 1: {1, 2, 3}, 2: {3, 4}}
+
+
+def test_argmax_hits_and_chance():
+    weights = torch.eye(4)[None]  # [1, 4, 4]: query t looks at key t
+    assert argmax_hits(weights, {0: {0}, 1: {1}, 2: {3}}).tolist() == [2]
+    assert chance_hits({0: {0}, 1: {1, 2}}, n_keys=4) == pytest.approx(0.75)
+
+
+def hand_built_translation() -> dict:
+    """One sentence, two cross-attention heads: head 0 follows the alignment exactly, head 1
+    always looks at the end symbol."""
+    source = [" Zwei", " Hunde", " in", " Berlin", " .", "</s>"]
+    target = ["<s>", " Two", " dogs", " in", " Berlin", " ."]
+    output = [" Two", " dogs", " in", " Berlin", " .", "</s>"]
+    aligned = torch.zeros(6, 6)
+    aligned[torch.arange(6), torch.arange(6)] = 1  # output token t comes from source token t
+    resting = torch.zeros(6, 6)
+    resting[:, -1] = 1
+    cross = torch.stack([aligned, resting])[None]  # [1, 2, T, S]
+    self_attention = torch.stack([previous_token_head(6), torch.tril(torch.ones(6, 6))])
+    self_attention[1] /= self_attention[1].sum(-1, keepdim=True)  # causal uniform
+    return {
+        "kind": "encoder-decoder",
+        "source": "Zwei Hunde in Berlin .",
+        "translation": "Two dogs in Berlin .",
+        "source_tokens": source,
+        "target_tokens": target,
+        "output_tokens": output,
+        "encoder": torch.stack([uniform(6, 6), uniform(6, 6)])[None].tolist(),
+        "decoder": self_attention[None].tolist(),
+        "cross": cross.tolist(),
+    }
+
+
+def test_cross_alignment_finds_the_aligned_head_and_reports_chance():
+    record = hand_built_translation()
+    identical = cross_alignment([record], "identical", "output")
+    assert identical["queries"] == 1  # only " Berlin" is spelt alike (" in" is too short)
+    assert identical["rate"].tolist() == [[1.0, 0.0]]
+    diagonal = cross_alignment([record], "diagonal", "output")
+    # Five words on each side (without </s>): the band of width 1 always holds the aligned key.
+    assert diagonal["queries"] == 5
+    assert diagonal["rate"].tolist() == [[1.0, 0.0]]
+    assert diagonal["chance"] == pytest.approx((2 + 3 + 3 + 3 + 2) / 5 / 6)
+    # Read from the input side, the same head is one step ahead of the alignment.
+    shifted = cross_alignment([record], "identical", "input")
+    assert shifted["rate"].tolist() == [[0.0, 0.0]]
+    with pytest.raises(ValueError, match="one of: identical, diagonal"):
+        cross_alignment([record], "fast_align")
+
+
+def test_head_scores_name_the_previous_token_and_end_symbol_heads():
+    rows = {
+        (row["stack"], row["layer"], row["head"]): row
+        for row in head_scores([hand_built_translation()] * 2)
+    }
+    assert rows[("decoder", 0, 0)]["previous"] == pytest.approx(1)
+    assert rows[("decoder", 0, 1)]["previous"] == pytest.approx(
+        sum(1 / (t + 1) for t in range(1, 6)) / 5
+    )
+    assert rows[("cross", 0, 1)]["last"] == pytest.approx(1)
+    assert rows[("cross", 0, 1)]["entropy"] == pytest.approx(0)
+    assert rows[("encoder", 0, 0)]["entropy"] == pytest.approx(math.log(6))
+    assert rows[("encoder", 0, 0)]["max_entropy"] == pytest.approx(math.log(6))
+    assert "previous" not in rows[("cross", 0, 0)]
+    assert len(rows) == 2 + 2 + 2
