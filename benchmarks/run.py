@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick         # a few minutes on a 2-core CPU (reduced sizes, labelled)
     python benchmarks/run.py --json PATH     # also write the results as JSON
     python benchmarks/run.py --profile       # torch.profiler tables of one training step, both models
+    python benchmarks/run.py --table PATH    # a stored results document as a Markdown table
 
 Every row compares "ours" with a "reference" measured in the same process, alternating the two
 within each repeat (after a warm-up) and reporting medians. ``ratio > 1`` means we are better:
@@ -34,6 +35,7 @@ if str(REPOSITORY) not in sys.path:  # `python benchmarks/run.py` from a checkou
     sys.path.insert(0, str(REPOSITORY))
 
 import annotated_transformer as at  # noqa: E402
+from annotated_transformer.cost import training_flops_per_token  # noqa: E402
 
 LOWER_IS_BETTER = {"MiB", "ms"}  # units whose ratio is reference / ours
 
@@ -137,7 +139,11 @@ def make_plan(mode: str, cuda: bool) -> Plan:
 
 
 def our_decoder_only(size: Size, max_len: int | None = None) -> nn.Module:
-    config = at.TransformerConfig(
+    return at.build_model(decoder_only_config(size, max_len))
+
+
+def decoder_only_config(size: Size, max_len: int | None = None) -> at.TransformerConfig:
+    return at.TransformerConfig(
         arch="decoder-only",
         vocab_size=size.vocab_size,
         d_model=size.d_model,
@@ -151,7 +157,6 @@ def our_decoder_only(size: Size, max_len: int | None = None) -> nn.Module:
         pad_id=None,
         scale_embeddings=False,  # the reference does not scale; a multiply is not free
     )
-    return at.build_model(config)
 
 
 class ReferenceDecoderOnly(nn.Module):
@@ -483,10 +488,9 @@ def set_sdpa(model: nn.Module, enabled: bool) -> None:
 
 
 def flops_per_token(size: Size) -> float:
-    """Training FLOPs per token: 6·N (matmul weights) + 12·L·T·d (attention), as nanoGPT."""
-    per_layer = 4 * size.d_model**2 + 2 * size.d_model * size.d_ff
-    weights = size.n_layers * per_layer + size.vocab_size * size.d_model  # + the output head
-    return 6 * weights + 12 * size.n_layers * size.context * size.d_model
+    """Training FLOPs per token: 6·N (matmul weights) + 12·L·T·d (attention), as nanoGPT;
+    the closed form lives in ``annotated_transformer.cost``."""
+    return training_flops_per_token(decoder_only_config(size), size.context)
 
 
 def bench_cuda(plan: Plan, device: torch.device, log) -> list[dict]:
@@ -577,6 +581,13 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> list[float] | None:
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):  # not on every platform
+        return None
+
+
 def git_commit() -> str | None:
     try:
         output = subprocess.run(
@@ -585,6 +596,21 @@ def git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return output.stdout.strip()
+
+
+def measured_code_changed() -> bool | None:
+    """Whether the code this suite measures (the package, this file) differs from ``git_commit``."""
+    try:
+        output = subprocess.run(
+            ["git", "status", "--porcelain", "--", "annotated_transformer", "benchmarks/run.py"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return bool(output.stdout.strip())
 
 
 def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
@@ -596,6 +622,7 @@ def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     log(f"{mode} suite on {device_name(device)} ({device}), torch {torch.__version__}")
+    load_before = load_average()
     started = time.perf_counter()
     results: list[dict] = []
     skipped: list[dict] = []
@@ -636,10 +663,15 @@ def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
         "torch": torch.__version__,
         "mode": mode,
         "git_commit": git_commit(),
+        "uncommitted_changes": measured_code_changed(),  # True: the code measured is not git_commit
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "seconds": round(time.perf_counter() - started, 1),
+        # Other work on the machine slows both sides of a row alike (they alternate), but it
+        # lowers the absolute numbers and adds noise: the 1, 5, 15-minute load averages.
+        "load_average": {"before": load_before, "after": load_average()},
+        "python": platform.python_version(),
         "results": results,
         "skipped": skipped,
     }
@@ -677,6 +709,35 @@ def format_table(document: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(document: dict) -> str:
+    """The results of a stored document as a Markdown table, with its provenance above it."""
+    load = document.get("load_average") or {}
+    lines = [
+        f"`{document['mode']}` run on {document['device']} ({document['device_type']}, "
+        f"{document.get('threads', '?')} threads), torch {document['torch']}, "
+        f"commit {(document.get('git_commit') or 'unknown')[:7]}"
+        + (" with uncommitted changes" if document.get("uncommitted_changes") else "")
+        + f", {document['date']}; "
+        f"{document['seconds']:.0f} s"
+        + (
+            f"; load average before {load['before'][0]:.2f}, after {load['after'][0]:.2f}"
+            if load.get("before") and load.get("after")
+            else ""
+        )
+        + ".",
+        "",
+        "| Row | ours | reference | unit | ratio |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for item in document["results"]:
+        name = item["name"] + (f" ({item['note']})" if item.get("note") else "")
+        lines.append(
+            f"| {name} | {item['ours']:,.4g} | {item['reference']:,.4g} | {item['unit']} "
+            f"| {item['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     modes = parser.add_mutually_exclusive_group()
@@ -686,7 +747,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--profile", action="store_true", help="profile a training step instead")
+    parser.add_argument("--table", type=Path, help="print a stored JSON as Markdown, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(args.table.read_text())))
+        return None
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.profile:
