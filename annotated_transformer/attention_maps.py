@@ -194,6 +194,21 @@ def capture_text(model: nn.Module, tokenizer: Any, text: str, *, decimals: int =
 # -- back to tensors, and to bertviz ---------------------------------------------------------
 
 
+def uniform_map(attention_map: dict[str, Any]) -> dict[str, Any]:
+    """The same map with every query spreading its weight evenly over the keys it may see (all
+    keys; in decoder self-attention, itself and the earlier positions): the baseline a measure of
+    a head is compared with. Not rounded."""
+    uniform = dict(attention_map)
+    for stack, weights in to_tensors(attention_map).items():  # [L, H, T_q, T_k]
+        n_queries, n_keys = weights.shape[-2:]
+        visible = torch.ones(n_queries, n_keys, dtype=torch.float64)
+        if stack == "decoder":
+            visible = visible.tril()
+        rows = visible / visible.sum(-1, keepdim=True)  # [T_q, T_k]
+        uniform[stack] = rows.expand_as(weights).tolist()
+    return uniform
+
+
 def stacks(attention_map: dict[str, Any]) -> tuple[str, ...]:
     """The stacks a map holds: ``("encoder", "decoder", "cross")`` or ``("decoder",)``."""
     kind = attention_map.get("kind")

@@ -28,6 +28,7 @@ from annotated_transformer.attention_maps import (
     readable_tokens,
     to_tensors,
     token_strings,
+    uniform_map,
 )
 from annotated_transformer.data.batching import collate_pairs
 from annotated_transformer.data.tokenizers import BPETokenizer, CharTokenizer
@@ -358,3 +359,17 @@ def test_head_scores_name_the_previous_token_and_end_symbol_heads():
     assert rows[("encoder", 0, 0)]["max_entropy"] == pytest.approx(math.log(6))
     assert "previous" not in rows[("cross", 0, 0)]
     assert len(rows) == 2 + 2 + 2
+
+
+def test_uniform_map_is_the_baseline_of_each_measure():
+    record = hand_built_translation()
+    baseline = {
+        (row["stack"], row["layer"], row["head"]): row for row in head_scores([uniform_map(record)])
+    }
+    assert baseline[("decoder", 0, 0)]["previous"] == pytest.approx(
+        sum(1 / (t + 1) for t in range(1, 6)) / 5
+    )
+    assert baseline[("encoder", 0, 1)]["previous"] == pytest.approx(1 / 6)
+    assert baseline[("cross", 0, 0)]["entropy"] == pytest.approx(math.log(6))
+    for row in baseline.values():
+        assert row["entropy"] == pytest.approx(row["max_entropy"])
