@@ -709,6 +709,11 @@ def format_table(document: dict) -> str:
     return "\n".join(lines)
 
 
+def readable(value: float) -> str:
+    """Four significant digits, without an exponent for large values: 20,040 not 2.004e+04."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def markdown_table(document: dict) -> str:
     """The results of a stored document as a Markdown table, with its provenance above it."""
     load = document.get("load_average") or {}
@@ -732,7 +737,7 @@ def markdown_table(document: dict) -> str:
     for item in document["results"]:
         name = item["name"] + (f" ({item['note']})" if item.get("note") else "")
         lines.append(
-            f"| {name} | {item['ours']:,.4g} | {item['reference']:,.4g} | {item['unit']} "
+            f"| {name} | {readable(item['ours'])} | {readable(item['reference'])} | {item['unit']} "
             f"| {item['ratio']:.2f} |"
         )
     return "\n".join(lines)

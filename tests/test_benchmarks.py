@@ -51,3 +51,20 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
     # On a machine without CUDA the CUDA-only rows are listed as skipped, not errors.
     for item in document["skipped"]:
         assert item["name"] and item["reason"]
+    # Provenance: what was measured, where, and how busy the machine was.
+    assert len(document["git_commit"] or "0" * 40) == 40
+    load = document["load_average"]
+    assert load is None or (len(load["before"]) == 3 and len(load["after"]) == 3)
+
+
+def test_readme_table_is_the_stored_json():
+    """The README's results table is `run.py --table` of the stored JSON, never typed by hand."""
+    suite = load_suite()
+    folder = RUN.parent
+    readme = (folder / "README.md").read_text()
+    start = readme.index("<!-- results: results/cpu-quick.json -->")
+    end = readme.index("<!-- /results -->", start)
+    block = readme[start:end].split("\n", 1)[1].strip()
+    document = json.loads((folder / "results" / "cpu-quick.json").read_text())
+    assert block == suite.markdown_table(document)
+    assert document["device_type"] == "cpu" and document["mode"] == "quick"
