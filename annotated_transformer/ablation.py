@@ -694,37 +694,49 @@ def translate(
     of at most ``2 S + 10`` tokens for a source of ``S`` (and at most ``max_new_tokens``).
 
     Encoder-decoder: :func:`~annotated_transformer.decode.greedy_decode` from ``<s>`` on the KV
-    cache. One stack: the prompt ``source </s> <s>``, rows of equal prompt length decoded together
-    (a prompt has no padding inside); decoder-only on the cache, encoder-only by
+    cache. One stack: the prompt ``source </s> <s>``; sources of equal length from all batches are
+    decoded together (a prompt has no padding inside); decoder-only on the cache, encoder-only by
     :func:`greedy_recompute`.
     """
     info, tokenizer = task.info, task.tokenizer
     pad, bos, eos = info["pad_id"], info["bos_id"], info["eos_id"]
     device = next(model.parameters()).device
     arch = model.config.arch
+
+    def budget(source_length: int) -> int:
+        return min(info["max_new_tokens"], 2 * source_length + 10, max_new_tokens or math.inf)
+
     outputs: list[str] = []
+    sources: list[Tensor] = []  # one stack: every source (with its </s>), decoded below
     for batch in batches:
-        if limit is not None and len(outputs) >= limit:
+        if limit is not None and len(outputs) + len(sources) >= limit:
             break
         src = batch.src.to(device)  # [B, S]
-        budget = min(info["max_new_tokens"], 2 * src.size(1) + 10, max_new_tokens or math.inf)
         if arch == "encoder-decoder":
-            tokens = greedy_decode(model, src=src, max_new_tokens=budget, bos_id=bos, eos_id=eos)
+            tokens = greedy_decode(
+                model, src=src, max_new_tokens=budget(src.size(1)), bos_id=bos, eos_id=eos
+            )
             outputs += [tokenizer.decode(row.tolist()) for row in tokens]
-            continue
-        lengths = (src != pad).sum(1).tolist()
-        texts: list[str] = [""] * len(lengths)
-        for length in sorted(set(lengths)):
-            rows = [row for row, value in enumerate(lengths) if value == length]
-            start = torch.full((len(rows), 1), bos, dtype=torch.long, device=device)
-            prompt = torch.cat([src[rows, :length], start], 1)  # [b, length + 1]
-            if arch == "decoder-only":
-                tokens = greedy_decode(model, prompt=prompt, max_new_tokens=budget, eos_id=eos)
+        else:
+            sources += [row[row != pad] for row in src]
+    sources = sources[:limit] if limit is not None else sources
+    texts: list[str] = [""] * len(sources)
+    lengths = [len(source) for source in sources]
+    for length in sorted(set(lengths)):
+        rows = [row for row, value in enumerate(lengths) if value == length]
+        for chunk in range(0, len(rows), 256):
+            group = rows[chunk : chunk + 256]
+            start = torch.full((len(group), 1), bos, dtype=torch.long, device=device)
+            prompt = torch.cat([torch.stack([sources[row] for row in group]), start], 1)
+            if arch == "decoder-only":  # prompt: [b, length + 1]
+                tokens = greedy_decode(
+                    model, prompt=prompt, max_new_tokens=budget(length), eos_id=eos
+                )
             else:
-                tokens = greedy_recompute(model, prompt, budget, eos, pad)
-            for row, generated in zip(rows, tokens[:, length + 1 :], strict=True):
+                tokens = greedy_recompute(model, prompt, budget(length), eos, pad)
+            for row, generated in zip(group, tokens[:, length + 1 :], strict=True):
                 texts[row] = tokenizer.decode(generated.tolist())
-        outputs += texts
+    outputs += texts
     return outputs[:limit] if limit is not None else outputs
 
 
@@ -857,6 +869,8 @@ def resolve_profile(profile: str = "auto") -> tuple[str, str]:
 def resolve_jobs(jobs: int | str = "auto", runs: int = 1, device: str = "auto") -> int:
     """Runs at once: ``auto`` is 4 on a CUDA device (small runs share one GPU well), 1 on a CPU
     (one run already uses every core)."""
+    if isinstance(jobs, str) and jobs.isdigit():
+        jobs = int(jobs)
     if jobs == "auto":
         cuda = device != "cpu" and torch.cuda.is_available()
         jobs = 4 if cuda else 1
@@ -947,6 +961,7 @@ def run_study(
     def over_budget() -> bool:
         return budget_s is not None and time.perf_counter() - started > budget_s
 
+    failures: list[str] = []
     if jobs == 1:
         for config in missing:
             if over_budget():
@@ -973,7 +988,15 @@ def run_study(
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    done(future.result())
+                    try:
+                        done(future.result())
+                    except Exception as error:  # one failed run must not stop the others
+                        failures.append(repr(error))
+                        say(f"  FAILED: {error!r}")
+    if failures:
+        raise RuntimeError(
+            f"{len(failures)} runs failed (the others are saved): " + "; ".join(failures)
+        )
     left = len(configs) - len(records)
     if left:
         say(f"  {left} runs not trained (budget_s={budget_s} reached): call again to continue")
@@ -1342,7 +1365,13 @@ def describe(records: Sequence[dict[str, Any]]) -> str:
         return "no records"
     profiles = sorted({r["config"]["profile"] for r in records})
     devices = sorted({r["provenance"]["device"] for r in records})
-    commits = sorted({r["provenance"]["git_commit"][:8] for r in records})
+    commits = sorted(
+        {
+            r["provenance"]["git_commit"][:8]
+            + ("+dirty" if r["provenance"].get("git_dirty") else "")
+            for r in records
+        }
+    )
     dates = sorted(r["provenance"]["date"][:10] for r in records)
     text = (
         f"{len(records)} runs; profile {', '.join(profiles)}; device {'; '.join(devices)}; "

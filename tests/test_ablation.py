@@ -309,9 +309,9 @@ def test_prefix_lm_batch_puts_the_loss_on_the_target_tokens_only():
     assert joined.inputs.tolist() == [[5, 6, 7, 2, 1, 8, 9], [10, 2, 1, 11, 12, 13, 14]]
     assert joined.targets.tolist() == [[0, 0, 0, 0, 8, 9, 2], [0, 0, 11, 12, 13, 14, 2]]
     assert joined.num_tokens(0) == batch.num_tokens(0)  # the same tokens carry the loss
-    # Each loss position's input is the token before its target: a shift by one.
-    keep = joined.targets != 0
-    assert torch.equal(joined.inputs[:, 1:][keep[:, :-1]], joined.targets[:, :-1][keep[:, :-1]])
+    # Each target but </s> is the next position's input: a shift by one.
+    keep = (joined.targets[:, :-1] != 0) & (joined.targets[:, :-1] != 2)
+    assert torch.equal(joined.inputs[:, 1:][keep], joined.targets[:, :-1][keep])
 
 
 def _single_stack(arch):
