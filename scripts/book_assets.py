@@ -58,7 +58,9 @@ class Asset:
 FONTS = ("dist/*.woff2", "dist/*.woff", "dist/*.ttf", "dist/*.eot", "dist/*.svg")
 ASSETS = (
     # Loaded by every page with widgets, as `nb_ipywidgets_js` in _config.yml says.
-    Asset("requirejs", "2.3.7", ("require.js",)),
+    # bertviz's output loads its own copy first (harmless: require.js keeps the one it finds).
+    Asset("requirejs", "2.3.7", ("require.js",),
+          {"https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js": "require.js"}),
     # Bundles @jupyter-widgets/base, controls and output, with Font Awesome for the icons.
     Asset("@jupyter-widgets/html-manager", "1.0.15", ("dist/embed-amd.js", *FONTS)),
     # The whole es5 tree: MathJax loads TeX extensions and fonts on demand (`mathjax_path`).

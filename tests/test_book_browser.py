@@ -30,7 +30,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
-SITE = ROOT / "_build" / "html"
+SITE = Path(os.environ.get("AT_BOOK_SITE", ROOT / "_build" / "html"))  # another build: set it
 CHROMIUM = Path(os.environ.get("AT_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_FLAGS = [
     "--headless",
@@ -291,3 +291,42 @@ def test_static_check_finds_what_a_browser_would_fetch(tmp_path):
         "page.html: //cdn.example/x.css",
         "style.css: https://fonts.example/f.woff2",
     ]
+
+
+# -- chapter 10: bertviz's views, drawn from the book's own copies of require.js, d3 and jQuery --
+
+ATTENTION_CHAPTER = "chapters/10_attention_visualisation.html"
+BERTVIZ_ROOTS = 'div[id^="bertviz-"]'
+BERTVIZ_DRAWN = f"""() => {{
+    const roots = [...document.querySelectorAll('{BERTVIZ_ROOTS}')];
+    return roots.length > 0 && roots.every(root => root.querySelector('#vis svg line') !== null);
+}}"""
+BERTVIZ_VIEWS = f"""() => [...document.querySelectorAll('{BERTVIZ_ROOTS}')].map(root => ({{
+    lines: root.querySelectorAll('#vis svg line').length,
+    texts: [...root.querySelectorAll('#vis svg text')].map(node => node.textContent.trim()),
+    layers: root.querySelectorAll('#layer option').length,
+}}))"""
+
+
+def test_attention_chapter_draws_every_bertviz_view_offline(browser, server, reports):
+    """The head and model views load d3 and jQuery through require.js from the book itself (no
+    request leaves 127.0.0.1, no script fails) and draw their lines and tokens."""
+    report = reports(ATTENTION_CHAPTER)
+    assert not [url for url in report.requests if not _is_local(url)]
+    assert not report.unexpected_errors()
+    page = browser.new_page()
+    try:
+        page.goto(server + ATTENTION_CHAPTER, wait_until="load")
+        page.wait_for_load_state("networkidle")
+        page.wait_for_function(BERTVIZ_DRAWN, timeout=TIMEOUT_MS)
+        views = page.evaluate(BERTVIZ_VIEWS)
+    finally:
+        page.close()
+    assert len(views) == 3, "two head views (translation, characters) and one model view"
+    translation, model, characters = views
+    assert all(view["lines"] > 0 for view in views), views
+    assert translation["layers"] > 0 and characters["layers"] > 0  # the head view's layer menu
+    # The head view opens on the encoder and writes its tokens: every source ends with "</s>".
+    assert "</s>" in translation["texts"]
+    assert {"Heads", "Layers"} <= set(model["texts"])  # the model view's axes
+    assert len(characters["texts"]) >= 2 * 10  # a short passage, one token per character
