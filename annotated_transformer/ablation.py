@@ -10,7 +10,7 @@ The pieces:
 
 - :data:`STUDIES` (``study_names()``, :func:`get_study`) and :data:`PROFILES` (``smoke``: seconds
   per run on a CPU, what CI runs; ``cpu``: a real study on a 2-core CPU in about half an hour;
-  ``gpu``: a run or two per minute on one GPU);
+  ``gpu``: a minute or two per run on one GPU, several runs at once);
 - :func:`run_configs` turns (study, task, seeds, profile, overrides) into one JSON-safe config per
   run; :func:`run_study` loads the stored ones and trains the missing ones, several at once in
   worker processes if asked (each saves its own record atomically, so an interrupted study
