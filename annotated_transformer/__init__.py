@@ -16,6 +16,13 @@ Each module holds what one chapter teaches::
     metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
     train.py       08  the training loop (checkpoint.py, distributed.py, tasks.py beside it)
     __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
+    experiments.py 08  the results store: records with provenance, keyed by their config
+    ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
+    attention_maps.py  10  trained models' attention as stored maps, head measures, bertviz
+    cost.py        11  FLOPs and memory of attention and of whole models, in closed form
+
+The modules of chapters 08-11 are imported by name (``from annotated_transformer import cost``);
+the names below are the building blocks every chapter uses.
 """
 
 from .attention import KVCache, MultiHeadAttention, attention

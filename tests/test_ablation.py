@@ -1,4 +1,4 @@
-"""Tests of annotated_transformer/ablation.py: studies and configs, statistics against hand
+"""Tests of annotated_transformer/ablation/: studies and configs, statistics against hand
 computations, the Table 3 comparison, the prefix LM and encoder-only batches, and small real
 studies (stored runs load, jobs=2 equals jobs=1)."""
 
@@ -359,12 +359,12 @@ def test_a_smoke_study_writes_records_then_loads_them(tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a stored run was trained again")
 
-    monkeypatch.setattr(ab, "train_run", no_training)
+    monkeypatch.setattr(ab.runner, "train_run", no_training)
     again = ab.run_study("norm", "multi30k", 1, "smoke", TINY, jobs=1, store=store, log=None)
     assert again == records
     # The residual study's baseline is the same training run as the norm study's: reused.
     trained = []
-    monkeypatch.setattr(ab, "train_run", lambda config, device: trained.append(config) or {})
+    monkeypatch.setattr(ab.runner, "train_run", lambda config, device: trained.append(config) or {})
     both = ab.run_study("residual", "multi30k", 1, "smoke", TINY, jobs=1, store=store, log=None)
     assert [config["variant"] for config in trained] == ["without"]
     assert both[0]["metrics"] == records[0]["metrics"] and both[0]["config"]["study"] == "residual"

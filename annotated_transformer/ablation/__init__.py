@@ -1,0 +1,104 @@
+"""Ablation studies (chapter 09): which design choices matter, measured over seeds.
+
+A *study* changes one *factor* of a base model over its *levels* and keeps everything else fixed
+(heads, depth, dropout, ...), or crosses several factors in a full factorial design (``factorial``:
+positional encoding × norm × schedule × label smoothing, 2×2×2×2 = 16 cells). Each level is a set
+of *overrides* of the configs, addressed as ``"model.<TransformerConfig field>"``,
+``"train.<TrainConfig field>"``, ``"data.<task option>"`` or ``"evaluation.<option>"``.
+
+The pieces:
+
+- :data:`STUDIES` (``study_names()``, :func:`get_study`) and :data:`PROFILES` (``smoke``: seconds
+  per run on a CPU, what CI runs; ``cpu``: a real study on a 2-core CPU in about half an hour;
+  ``gpu``: a minute or two per run on one GPU, several runs at once);
+- :func:`run_configs` turns (study, task, seeds, profile, overrides) into one JSON-safe config per
+  run; :func:`run_study` loads the stored ones and trains the missing ones, several at once in
+  worker processes if asked (each saves its own record atomically, so an interrupted study
+  resumes where it stopped);
+- :func:`train_run` trains one config: an encoder-decoder, a decoder-only *prefix LM* or an
+  encoder-only model on translation (test loss and greedy test BLEU), a causal or bidirectional
+  model on a character LM (validation loss, bits per character, and the last-position loss);
+- pure analysis of records: :func:`summarize` (mean, std, 95% t interval, min, max),
+  :func:`rank`, :func:`welch_test` and :func:`judge` (is a difference beyond seed noise?),
+  :func:`main_effects`, :func:`interaction`, :func:`curves`, and :func:`vaswani_comparison`, which
+  states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree.
+
+One file per step, each importable on its own::
+
+    studies.py     the studies, their factors and levels, which tasks they apply to
+    configs.py     the profiles (smoke / cpu / gpu), overrides, one config per variant and seed
+    runs.py        training and measuring one run (prefix LM and encoder-only translation too)
+    runner.py      run_study: stored runs loaded, missing ones trained, several at once
+    statistics.py  summaries, t intervals, Welch's test, main effects, interactions, curves
+    vaswani.py     Table 3 of the paper and the computed comparison with our trends
+    report.py      the provenance line of every table, and the tables written as files
+"""
+
+from __future__ import annotations
+
+from .configs import (  # noqa: F401
+    BASE,
+    EVALUATION_OPTIONS,
+    PROFILES,
+    TASK_OPTIONS,
+    accepted_fields,
+    build_configs,
+    parse_overrides,
+    parse_seeds,
+    run_configs,
+    task_fields,
+)
+from .report import (  # noqa: F401
+    describe,
+    save_tables,
+)
+from .runner import (  # noqa: F401
+    default_store,
+    resolve_jobs,
+    resolve_profile,
+    run_study,
+)
+from .runs import (  # noqa: F401
+    PrefixSource,
+    greedy_recompute,
+    last_position_loss,
+    load_task,
+    prefix_lm_batch,
+    train_run,
+    translate,
+)
+from .statistics import (  # noqa: F401
+    curves,
+    default_metric,
+    interaction,
+    judge,
+    main_effects,
+    rank,
+    summarize,
+    variant_values,
+    welch_test,
+)
+from .studies import (  # noqa: F401
+    PROFILE_CHOICES,
+    RUNNER_FIELDS,
+    SECTIONS,
+    STUDIES,
+    TASK_FIELDS,
+    TASKS,
+    Factor,
+    Scale,
+    Study,
+    Variant,
+    applicability,
+    get_study,
+    study_names,
+    task_kind,
+)
+from .vaswani import (  # noqa: F401
+    PAPER_TOLERANCE,
+    TRENDS,
+    VASWANI_TABLE3,
+    Trend,
+    paper_direction,
+    vaswani_comparison,
+)

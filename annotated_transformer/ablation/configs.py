@@ -1,0 +1,301 @@
+"""Profiles and configs: one validated, JSON-safe config per variant and seed.
+
+Part of :mod:`annotated_transformer.ablation` (chapter 09).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import TransformerConfig
+from ..train import TrainConfig
+from .studies import RUNNER_FIELDS, SECTIONS, TASK_FIELDS, Scale, get_study, task_kind
+
+# What every profile shares: the paper's base model (Table 3, "base") with pre-norm (chapter 04:
+# post-norm needs a warmup it may not get in a short run; the norm_position study measures it),
+# 3 layers per stack instead of 6, Adam with the paper's betas, label smoothing 0.1.
+BASE = {
+    "model": {
+        "n_heads": 8,
+        "n_layers": 3,
+        "dropout": 0.1,
+        "positional": "sinusoidal",
+        "norm": "layernorm",
+        "norm_position": "pre",
+        "residual": True,
+    },
+    "train": {
+        "optimizer": "adam",
+        "weight_decay": 0.0,
+        "betas": [0.9, 0.98],
+        "eps": 1e-9,
+        "schedule": "warmup_cosine",
+        "label_smoothing": 0.1,
+        "grad_clip": 1.0,
+    },
+}
+
+PROFILES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
+    # Seconds per run on a 2-core CPU: proves the pipeline, measures nothing.
+    "smoke": {
+        "translation": {
+            "data": {
+                "bpe_vocab_size": 600,
+                "max_train_pairs": 2000,
+                "max_tokens": 512,
+                "max_length": 32,
+            },
+            "model": {"d_model": 32, "d_ff": 64},
+            "train": {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
+            "evaluation": {"test_sentences": 64, "bleu_resamples": 20, "max_new_tokens": 16},
+        },
+        "language-model": {
+            "data": {"context_length": 64, "batch_size": 16},
+            "model": {"d_model": 32, "d_ff": 64},
+            "train": {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
+            "evaluation": {"eval_batches": 8},
+        },
+    },
+    # A real study on a 2-core CPU: about a minute and a half per run (400 updates measured
+    # 65 s on a shared 2-core CPU), a 15-run study in under half an hour.
+    "cpu": {
+        "translation": {
+            "data": {"bpe_vocab_size": 2000, "max_train_pairs": 10000, "max_tokens": 1024},
+            "model": {"d_model": 64, "d_ff": 256},
+            "train": {"max_steps": 600, "warmup": 60, "lr": 2e-3, "eval_every": 150},
+            "evaluation": {"test_sentences": None, "bleu_resamples": 100},
+        },
+        "language-model": {
+            "data": {"context_length": 128, "batch_size": 16},
+            "model": {"d_model": 64, "d_ff": 256},
+            "train": {"max_steps": 500, "warmup": 50, "lr": 2e-3, "eval_every": 100},
+            "evaluation": {"eval_batches": 40},
+        },
+    },
+    # One GPU (sized for an H100, bf16 autocast): a minute or two per run, several runs at once.
+    "gpu": {
+        "translation": {
+            "data": {"bpe_vocab_size": 8000, "max_tokens": 4096},
+            "model": {"d_model": 256, "d_ff": 1024},
+            "train": {
+                "max_steps": 2500,
+                "warmup": 250,
+                "lr": 1e-3,
+                "eval_every": 250,
+                "precision": "bf16",
+            },
+            "evaluation": {"test_sentences": None, "bleu_resamples": 200},
+        },
+        "language-model": {
+            "data": {"context_length": 256, "batch_size": 64},
+            "model": {"d_model": 256, "d_ff": 1024},
+            "train": {
+                "max_steps": 2000,
+                "warmup": 200,
+                "lr": 1e-3,
+                "eval_every": 250,
+                "precision": "bf16",
+            },
+            "evaluation": {"eval_batches": None},
+        },
+    },
+}
+_PROFILE_TRAIN = {
+    "smoke": {"eval_batches": 2, "log_every": 4},
+    "cpu": {"eval_batches": 10, "log_every": 20},
+    "gpu": {"eval_batches": 20, "log_every": 50},
+}
+
+TASK_OPTIONS = {
+    "translation": (
+        "bpe_vocab_size",
+        "max_tokens",
+        "max_length",
+        "max_train_pairs",
+        "source",
+        "target",
+    ),
+    "language-model": ("context_length", "batch_size", "batches_per_epoch", "eval_batch_size"),
+}
+EVALUATION_OPTIONS = {
+    "translation": ("test_sentences", "bleu_resamples", "max_new_tokens"),
+    "language-model": ("eval_batches",),
+}
+
+
+def accepted_fields(kind: str) -> dict[str, tuple[str, ...]]:
+    """The fields an override may address, by section, for a task of ``kind``."""
+    train = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in RUNNER_FIELDS)
+    return {
+        "model": tuple(
+            f.name for f in dataclasses.fields(TransformerConfig) if f.name not in TASK_FIELDS
+        ),
+        "train": train,
+        "data": TASK_OPTIONS[kind],
+        "evaluation": EVALUATION_OPTIONS[kind],
+    }
+
+
+def parse_overrides(overrides: dict[str, Any] | str | None, kind: str) -> dict[str, Any]:
+    """User overrides as ``{"section.field": value}``, validated.
+
+    ``overrides`` is a dict or its JSON text (what ``papermill -p overrides '{...}'`` passes).
+    A bare field name (``"max_steps"``) is accepted when exactly one section has it. An unknown
+    field is a ``ValueError`` naming it and listing the accepted ones.
+    """
+    if overrides is None or (isinstance(overrides, str) and not overrides.strip()):
+        return {}
+    if isinstance(overrides, str):
+        try:
+            overrides = json.loads(overrides)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"overrides must be a JSON object such as "
+                f'\'{{"model.d_model": 128, "train.max_steps": 500}}\', got {overrides!r}: {error}'
+            ) from error
+    if not isinstance(overrides, dict):
+        raise ValueError(f"overrides must be a dict or a JSON object, got {type(overrides)}")
+    fields = accepted_fields(kind)
+    parsed = {}
+    for name, value in overrides.items():
+        section, _, field_name = str(name).rpartition(".")
+        if not section:
+            owners = [owner for owner, names in fields.items() if field_name in names]
+            if len(owners) != 1:
+                where = f"it is in {' and '.join(owners)}" if owners else "no section has it"
+                raise ValueError(
+                    f"override {name!r}: write it as section.field ({where}); sections: "
+                    f"{', '.join(SECTIONS)}"
+                )
+            section = owners[0]
+        if section not in fields:
+            raise ValueError(
+                f"override {name!r}: section {section!r} is not one of: {', '.join(SECTIONS)}"
+            )
+        if field_name not in fields[section]:
+            raise ValueError(
+                f"override {name!r}: {field_name!r} is not a {section} field of a {kind} run; "
+                f"accepted are: {', '.join(fields[section])}"
+            )
+        parsed[f"{section}.{field_name}"] = value
+    return parsed
+
+
+def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
+    """``3`` -> ``[0, 1, 2]``; ``"3,4"`` or ``[3, 4]`` -> those seeds."""
+    if isinstance(seeds, bool):
+        raise ValueError(f"seeds={seeds!r} is not accepted: use a count or a list of seeds")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError(f"seeds={seeds} is not accepted: use at least 1")
+        return list(range(seeds))
+    if isinstance(seeds, str):
+        seeds = [int(part) for part in seeds.replace(" ", "").split(",") if part]
+    chosen = [int(seed) for seed in seeds]
+    if not chosen or any(seed < 0 for seed in chosen) or len(set(chosen)) != len(chosen):
+        raise ValueError(f"seeds={seeds!r} is not accepted: use distinct integers >= 0")
+    return chosen
+
+
+def _apply(sections: dict[str, dict[str, Any]], overrides: dict[str, Any]) -> None:
+    for name, value in overrides.items():
+        section, field_name = name.split(".", 1)
+        if isinstance(value, Scale):
+            value = value.of(sections[section][field_name])
+        sections[section][field_name] = value
+
+
+def _finish(sections: dict[str, dict[str, Any]], kind: str) -> None:
+    """Settings that follow from others, resolved once so the config says what ran."""
+    model, train = sections["model"], sections["train"]
+    if kind == "translation" and model.get("arch", "encoder-decoder") != "encoder-decoder":
+        # One stack reads source and target: as many layers as the encoder-decoder's two stacks
+        # together (which still has ~1/6 more weights: its decoder layers add cross-attention).
+        model["n_layers"] = 2 * model["n_layers"]
+    if train.get("schedule") == "noam" and "noam_factor" not in train:
+        # The three schedules share one peak rate (train.lr); they differ in shape only. Noam's
+        # peak is factor / sqrt(d_model * warmup) (chapter 06).
+        train["noam_factor"] = train["lr"] * math.sqrt(model["d_model"] * train["warmup"])
+
+
+def run_configs(
+    study: str,
+    task: str,
+    seeds: int | str | Sequence[int] = 3,
+    profile: str = "smoke",
+    overrides: dict[str, Any] | str | None = None,
+) -> list[dict[str, Any]]:
+    """One config per (variant, seed), JSON-safe and complete: what :func:`train_run` trains.
+
+    Order: base, then the profile, then the variant's levels, then the user's overrides.
+    """
+    chosen = get_study(study)
+    kind = task_kind(task)
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r} is not one of: {', '.join(PROFILES)}")
+    user = parse_overrides(overrides, kind)
+    settings = PROFILES[profile][kind]
+    configs = []
+    for variant in chosen.variants(kind):
+        sections = {
+            "model": {
+                "arch": "encoder-decoder" if kind == "translation" else "decoder-only",
+                **BASE["model"],
+                **settings["model"],
+            },
+            "train": {**BASE["train"], **_PROFILE_TRAIN[profile], **settings["train"]},
+            "data": dict(settings["data"]),
+            "evaluation": {"decode": "greedy", **settings["evaluation"]},
+        }
+        _apply(sections, variant.overrides)
+        _apply(sections, user)
+        _finish(sections, kind)
+        # Validate now, with stand-ins for what the tokenizer decides: a bad value fails before
+        # anything trains, with the config classes' own error.
+        stand_in = {"vocab_size": 1000, "pad_id": 0 if kind == "translation" else None}
+        build_configs({**sections, "seed": 0}, {**stand_in, "max_len": 1024})
+        for seed in parse_seeds(seeds):
+            configs.append(
+                {
+                    "experiment": "ablation",
+                    "study": chosen.name,
+                    "variant": variant.label,
+                    "factors": dict(variant.factors),
+                    "baseline": variant.label == chosen.baseline_label(kind),
+                    "task": task,
+                    "profile": profile,
+                    "seed": seed,
+                    **sections,
+                }
+            )
+    return configs
+
+
+def task_fields(task: Any, arch: str) -> dict[str, Any]:
+    """The model fields a task decides: vocabulary, padding id, length, shared embeddings."""
+    defaults = task.model_defaults
+    fields = {name: defaults[name] for name in ("vocab_size", "pad_id", "max_len")}
+    fields["tie_embeddings"] = defaults.get("tie_embeddings", False)
+    if arch == "encoder-decoder":
+        fields["share_embeddings"] = defaults.get("share_embeddings", False)
+    elif task.info.get("source_eos"):  # a translation task read by one stack: source + target
+        fields["max_len"] = 2 * defaults["max_len"]
+    return fields
+
+
+def build_configs(
+    config: dict[str, Any], fields: dict[str, Any], device: str = "auto"
+) -> tuple[TransformerConfig, TrainConfig]:
+    """The validated configs of run ``config``, with the task's ``fields`` (:func:`task_fields`)."""
+    model = TransformerConfig(**{**fields, **config["model"]})
+    train = TrainConfig(
+        **{**config["train"], "betas": tuple(config["train"].get("betas", (0.9, 0.98)))},
+        seed=config["seed"],
+        device=device,
+        progress=False,
+    )
+    return model, train

@@ -1,0 +1,176 @@
+"""Running a study: stored runs loaded, missing ones trained, several at once, resumable.
+
+Part of :mod:`annotated_transformer.ablation` (chapter 09).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..experiments import ResultsStore, run_key, run_or_load
+from .configs import PROFILES, run_configs
+from .runs import train_run
+
+
+def resolve_profile(profile: str = "auto") -> tuple[str, str]:
+    """``(profile, why)``: ``auto`` is ``gpu`` when CUDA is available, else ``smoke``."""
+    if profile == "auto":
+        if torch.cuda.is_available():
+            return "gpu", f"profile='auto' and CUDA is available ({torch.cuda.get_device_name(0)})"
+        return "smoke", "profile='auto' and no CUDA device: the smoke profile (seconds per run)"
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r} is not one of: auto, {', '.join(PROFILES)}")
+    return profile, f"profile={profile!r} was asked for"
+
+
+def resolve_jobs(jobs: int | str = "auto", runs: int = 1, device: str = "auto") -> int:
+    """Runs at once: ``auto`` is 4 on a CUDA device (small runs share one GPU well), 1 on a CPU
+    (one run already uses every core)."""
+    if isinstance(jobs, str) and jobs.isdigit():
+        jobs = int(jobs)
+    if jobs == "auto":
+        cuda = device != "cpu" and torch.cuda.is_available()
+        jobs = 4 if cuda else 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} is not accepted: use 'auto' or a positive integer")
+    return max(1, min(jobs, runs))
+
+
+def default_store(profile: str, root: str | os.PathLike = "results") -> ResultsStore:
+    """``results/ablation`` for real profiles; ``results/smoke/ablation`` (git-ignored) for smoke."""
+    root = Path(root)
+    return ResultsStore(root / "smoke" / "ablation" if profile == "smoke" else root / "ablation")
+
+
+def _training_part(config: dict[str, Any]) -> dict[str, Any]:
+    # What decides the numbers; the study and variant names only say why a run was made.
+    return {
+        key: value
+        for key, value in config.items()
+        if key not in ("study", "variant", "factors", "baseline")
+    }
+
+
+def _worker_setup(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run_in_worker(root: str, config: dict[str, Any], device: str) -> dict[str, Any]:
+    store = ResultsStore(root)
+    return run_or_load(store, config, functools.partial(train_run, device=device), rerun=True)
+
+
+def run_study(
+    study: str = "heads",
+    task: str = "multi30k",
+    seeds: int | str | Sequence[int] = 3,
+    profile: str = "auto",
+    overrides: dict[str, Any] | str | None = None,
+    jobs: int | str = "auto",
+    rerun: bool = False,
+    device: str = "auto",
+    store: ResultsStore | None = None,
+    budget_s: float | None = None,
+    log: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
+    """The records of every run of a study: stored ones loaded, missing ones trained and saved.
+
+    ``jobs > 1`` trains that many runs at once in worker processes (``spawn``: safe with CUDA);
+    each worker saves its record as soon as its run ends, so an interrupted study loses at most
+    the runs under way, and calling again trains only what is missing. A run with the same
+    training config stored by another study (a shared baseline) is reused, not trained again.
+    ``budget_s``: start no new run after that many seconds (the rest stays missing, for the
+    next call). ``rerun=True`` trains every run again.
+    """
+    say = log or (lambda message: None)
+    profile, why = resolve_profile(profile)
+    configs = run_configs(study, task, seeds, profile, overrides)
+    store = store or default_store(profile)
+    started = time.perf_counter()
+    records: dict[str, dict[str, Any]] = {}
+    missing = []
+    shared = {} if rerun else {run_key(_training_part(r["config"])): r for r in store.records()}
+    for config in configs:
+        key = run_key(config)
+        if store.exists(key) and not rerun:
+            records[key] = store.load(key)
+            continue
+        twin = shared.get(run_key(_training_part(config)))
+        if twin is not None:  # the same run, stored under another study's name
+            store.save(key, {**{k: twin[k] for k in twin if k != "key"}, "config": config})
+            records[key] = store.load(key)
+            continue
+        missing.append(config)
+    jobs = resolve_jobs(jobs, len(missing), device)
+    say(
+        f"study={study}, task={task}, {why}; {len(configs)} runs: {len(records)} stored, "
+        f"{len(missing)} to train" + (f", {jobs} at a time" if missing else "")
+    )
+
+    def done(record: dict[str, Any]) -> None:
+        records[record["key"]] = record
+        wall = record["provenance"]["wall_time_s"]
+        say(
+            f"  [{len(records)}/{len(configs)}] {record['config']['variant']} seed "
+            f"{record['config']['seed']}: {_headline(record)} ({wall:.1f} s)"
+        )
+
+    def over_budget() -> bool:
+        return budget_s is not None and time.perf_counter() - started > budget_s
+
+    failures: list[str] = []
+    if jobs == 1:
+        for config in missing:
+            if over_budget():
+                break
+            done(run_or_load(store, config, functools.partial(train_run, device=device), True))
+    elif missing:
+        import multiprocessing
+
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        pending = list(missing)
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_setup,
+            initargs=(threads,),
+        ) as pool:
+            running = set()
+            while pending or running:
+                while pending and len(running) < jobs and not over_budget():
+                    running.add(
+                        pool.submit(_run_in_worker, str(store.root), pending.pop(0), device)
+                    )
+                if not running:
+                    break
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    try:
+                        done(future.result())
+                    except Exception as error:  # one failed run must not stop the others
+                        failures.append(repr(error))
+                        say(f"  FAILED: {error!r}")
+    if failures:
+        raise RuntimeError(
+            f"{len(failures)} runs failed (the others are saved): " + "; ".join(failures)
+        )
+    left = len(configs) - len(records)
+    if left:
+        say(f"  {left} runs not trained (budget_s={budget_s} reached): call again to continue")
+    return [records[run_key(config)] for config in configs if run_key(config) in records]
+
+
+def _headline(record: dict[str, Any]) -> str:
+    metrics = record["metrics"]
+    if metrics.get("diverged"):
+        return f"diverged at update {metrics['diverged_at']}"
+    shown = [name for name in ("test_bleu", "test_loss", "valid_loss") if name in metrics]
+    return ", ".join(f"{name} {metrics[name]:.3f}" for name in shown)

@@ -1,0 +1,211 @@
+"""Analysis of records: summaries, intervals, Welch's test, main effects, interactions.
+
+Part of :mod:`annotated_transformer.ablation` (chapter 09).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from statistics import mean, stdev
+from typing import Any
+
+from ..metrics import mean_interval, t_cdf
+from .studies import task_kind
+
+
+def default_metric(task: str) -> tuple[str, bool]:
+    """``(metric, higher_is_better)``: test BLEU for translation, validation loss for an LM."""
+    return ("test_bleu", True) if task_kind(task) == "translation" else ("valid_loss", False)
+
+
+def variant_values(records: Iterable[dict[str, Any]], metric: str) -> dict[str, list[float]]:
+    """Variant label -> the metric of each of its runs (in record order; diverged runs skipped)."""
+    values: dict[str, list[float]] = {}
+    for record in records:
+        label = record["config"]["variant"]
+        values.setdefault(label, [])
+        value = record["metrics"].get(metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            values[label].append(float(value))
+    return values
+
+
+def welch_test(first: Sequence[float], second: Sequence[float]) -> dict[str, float]:
+    """Welch's t-test of ``mean(second) - mean(first)``, two-sided.
+
+    The degrees of freedom (Welch-Satterthwaite) are rounded down to an integer for
+    :func:`~annotated_transformer.metrics.t_cdf`: a slightly conservative test.
+    """
+    if len(first) < 2 or len(second) < 2:
+        raise ValueError("Welch's test needs at least 2 values on each side")
+    difference = mean(second) - mean(first)
+    var_first, var_second = stdev(first) ** 2 / len(first), stdev(second) ** 2 / len(second)
+    standard_error = math.sqrt(var_first + var_second)
+    if standard_error == 0:
+        return {
+            "difference": difference,
+            "t": math.inf if difference else 0.0,
+            "df": math.inf,
+            "p_value": 0.0 if difference else 1.0,
+        }
+    t = difference / standard_error
+    df = (var_first + var_second) ** 2 / (
+        var_first**2 / (len(first) - 1) + var_second**2 / (len(second) - 1)
+    )
+    p_value = 2 * (1 - t_cdf(abs(t), max(1, math.floor(df))))
+    return {"difference": difference, "t": t, "df": df, "p_value": p_value}
+
+
+def judge(
+    baseline: Sequence[float], variant: Sequence[float], alpha: float = 0.05
+) -> dict[str, Any]:
+    """Is ``variant`` different from ``baseline`` beyond the seed-to-seed noise?
+
+    ``verdict``: ``"differs"`` (Welch p < alpha), ``"within noise"``, or ``"cannot judge"`` when
+    either side has fewer than 2 runs (one run has no spread to compare with).
+    """
+    if len(baseline) < 2 or len(variant) < 2:
+        difference = mean(variant) - mean(baseline) if baseline and variant else math.nan
+        return {"difference": difference, "p_value": math.nan, "verdict": "cannot judge"}
+    test = welch_test(baseline, variant)
+    verdict = "differs" if test["p_value"] < alpha else "within noise"
+    return {"difference": test["difference"], "p_value": test["p_value"], "verdict": verdict}
+
+
+def summarize(
+    records: Sequence[dict[str, Any]], metric: str, confidence: float = 0.95
+) -> list[dict[str, Any]]:
+    """One row per variant: n, mean, std, t interval, min, max, and the difference to the
+    baseline variant with :func:`judge`'s verdict."""
+    values = variant_values(records, metric)
+    factors = {r["config"]["variant"]: r["config"]["factors"] for r in records}
+    baselines = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
+    baseline = values.get(next(iter(baselines))) if baselines else None
+    diverged: dict[str, int] = {}
+    for record in records:
+        if record["metrics"].get("diverged"):
+            label = record["config"]["variant"]
+            diverged[label] = diverged.get(label, 0) + 1
+    rows = []
+    for label, runs in values.items():
+        row: dict[str, Any] = {"variant": label, **factors[label], "n": len(runs)}
+        if runs:
+            interval = mean_interval(runs, confidence)
+            row.update(
+                {
+                    "mean": interval.estimate,
+                    "std": stdev(runs) if len(runs) > 1 else math.nan,
+                    "ci_low": interval.low,
+                    "ci_high": interval.high,
+                    "min": min(runs),
+                    "max": max(runs),
+                }
+            )
+        row["diverged"] = diverged.get(label, 0)
+        row["baseline"] = label in baselines
+        if baseline is not None and runs and label not in baselines:
+            verdict = judge(baseline, runs)
+            row.update({"vs_baseline": verdict["difference"], "p_value": verdict["p_value"]})
+            row["verdict"] = verdict["verdict"]
+        rows.append(row)
+    return rows
+
+
+def rank(
+    summary: Sequence[dict[str, Any]], higher_is_better: bool, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """The summary rows best first, numbered. ``overlaps_best``: whether a row's t interval
+    overlaps the best row's, a quick sign that the order of the two is not settled (the
+    ``verdict`` column of :func:`summarize` is the test against the baseline)."""
+    scored = [row for row in summary if "mean" in row]
+    ordered = sorted(scored, key=lambda row: row["mean"], reverse=higher_is_better)
+    ranked = []
+    for place, row in enumerate(ordered, 1):
+        best = ordered[0]
+        overlap = not (math.isnan(row["ci_low"]) or math.isnan(best["ci_low"])) and (
+            row["ci_low"] <= best["ci_high"] and best["ci_low"] <= row["ci_high"]
+        )
+        ranked.append({"rank": place, **row, "overlaps_best": overlap if place > 1 else True})
+    return ranked
+
+
+def main_effects(records: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Per factor and level, over every run at that level: n, mean, std, min, max, and the
+    ``effect``, the level's mean minus the grand mean (in a balanced design the other factors
+    average out). For two-level factors ``difference`` is the second level's mean minus the
+    first's, the classic main effect."""
+    usable = [
+        r
+        for r in records
+        if isinstance(r["metrics"].get(metric), (int, float)) and not r["metrics"].get("diverged")
+    ]
+    if not usable:
+        return []
+    grand = mean(float(r["metrics"][metric]) for r in usable)
+    rows = []
+    for factor in usable[0]["config"]["factors"]:
+        levels: dict[str, list[float]] = {}
+        for record in usable:
+            level = record["config"]["factors"][factor]
+            levels.setdefault(level, []).append(float(record["metrics"][metric]))
+        means = [mean(values) for values in levels.values()]
+        for (level, values), level_mean in zip(levels.items(), means, strict=True):
+            rows.append(
+                {
+                    "factor": factor,
+                    "level": level,
+                    "n": len(values),
+                    "mean": level_mean,
+                    "std": stdev(values) if len(values) > 1 else math.nan,
+                    "min": min(values),
+                    "max": max(values),
+                    "effect": level_mean - grand,
+                    "difference": means[1] - means[0] if len(means) == 2 else math.nan,
+                }
+            )
+    return rows
+
+
+def interaction(
+    records: Sequence[dict[str, Any]], metric: str, first: str, second: str
+) -> dict[str, Any]:
+    """Mean of ``metric`` for each pair of levels of factors ``first`` (rows) and ``second``
+    (columns). For two levels each, ``interaction`` is the difference of differences,
+    ``(m11 - m10) - (m01 - m00)``: how much the effect of ``second`` changes when ``first``
+    changes (0: no interaction, the effects add)."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    rows, columns = [], []
+    for record in records:
+        value = record["metrics"].get(metric)
+        if not isinstance(value, (int, float)) or record["metrics"].get("diverged"):
+            continue
+        a, b = record["config"]["factors"][first], record["config"]["factors"][second]
+        rows += [a] if a not in rows else []
+        columns += [b] if b not in columns else []
+        cells.setdefault((a, b), []).append(float(value))
+    means = [[mean(cells[(a, b)]) if (a, b) in cells else math.nan for b in columns] for a in rows]
+    contrast = math.nan
+    if len(rows) == 2 and len(columns) == 2:
+        contrast = (means[1][1] - means[1][0]) - (means[0][1] - means[0][0])
+    return {"rows": rows, "columns": columns, "means": means, "interaction": contrast}
+
+
+def curves(records: Sequence[dict[str, Any]], key: str = "eval_loss") -> dict[str, dict[str, list]]:
+    """Variant -> ``{"step", "mean", "std", "n"}`` of history column ``key`` over its seeds, at
+    the steps every seed logged it."""
+    by_variant: dict[str, list[dict[int, float]]] = {}
+    for record in records:
+        points = {row["step"]: float(row[key]) for row in record["history"] if key in row}
+        by_variant.setdefault(record["config"]["variant"], []).append(points)
+    result = {}
+    for label, runs in by_variant.items():
+        steps = sorted(set.intersection(*(set(points) for points in runs)))
+        values = [[points[step] for points in runs] for step in steps]
+        result[label] = {
+            "step": steps,
+            "mean": [mean(column) for column in values],
+            "std": [stdev(column) if len(column) > 1 else 0.0 for column in values],
+            "n": len(runs),
+        }
+    return result

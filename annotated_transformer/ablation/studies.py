@@ -1,0 +1,290 @@
+"""The studies: factors, their levels as config overrides, baselines, the tasks they apply to.
+
+Part of :mod:`annotated_transformer.ablation` (chapter 09).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TASKS = {"multi30k": "translation", "cmn-eng": "translation", "tinyshakespeare": "language-model"}
+PROFILE_CHOICES = ("smoke", "cpu", "gpu")
+SECTIONS = ("model", "train", "data", "evaluation")
+# Set by the runner for every run, never by a study or a user override.
+RUNNER_FIELDS = ("seed", "device", "progress", "checkpoint_dir")
+# Decided by the task's tokenizer, never by an override.
+TASK_FIELDS = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "pad_id")
+
+
+# ---------------------------------------------------------------------------------------------
+# Studies
+
+
+@dataclass(frozen=True)
+class Scale:
+    """An override relative to the profile: the profile's value times ``factor`` (an integer)."""
+
+    factor: float
+
+    def of(self, value: int) -> int:
+        return max(1, round(value * self.factor))
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One thing a study changes: level label -> overrides, in display order."""
+
+    name: str
+    levels: dict[str, dict[str, Any]]
+    only: dict[str, tuple[str, ...]] = field(default_factory=dict)  # level -> task kinds it suits
+
+    def labels(self, kind: str) -> list[str]:
+        return [label for label in self.levels if kind in self.only.get(label, (kind,))]
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named ablation: its factors, the baseline level of each, and its row of Table 3."""
+
+    name: str
+    description: str
+    factors: tuple[Factor, ...]
+    baseline: dict[str, str]  # factor name -> level label
+    vaswani_rows: str = ""  # the rows of Vaswani et al. 2017, Table 3, it corresponds to
+
+    @property
+    def design(self) -> str:
+        return "factorial" if len(self.factors) > 1 else "one factor at a time"
+
+    def variants(self, kind: str) -> list[Variant]:
+        """Every combination of levels that suits a task of ``kind``, the first factor slowest."""
+        combinations: list[dict[str, str]] = [{}]
+        for factor in self.factors:
+            combinations = [
+                {**chosen, factor.name: label}
+                for chosen in combinations
+                for label in factor.labels(kind)
+            ]
+        variants = []
+        for chosen in combinations:
+            overrides: dict[str, Any] = {}
+            for factor in self.factors:
+                overrides.update(factor.levels[chosen[factor.name]])
+            variants.append(Variant(", ".join(chosen.values()), chosen, overrides))
+        return variants
+
+    def baseline_label(self, kind: str) -> str:
+        """The baseline variant's label; a baseline level that does not suit ``kind`` (the
+        encoder-decoder on a language model) gives way to the factor's first level that does."""
+        levels = []
+        for factor in self.factors:
+            labels = factor.labels(kind)
+            wanted = self.baseline[factor.name]
+            levels.append(wanted if wanted in labels else labels[0])
+        return ", ".join(levels)
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    factors: dict[str, str]
+    overrides: dict[str, Any]
+
+
+def _one(name: str, key: str, values: Sequence[Any], baseline: Any, **study: Any) -> Study:
+    """A one-factor study whose levels set ``key`` to each of ``values``."""
+    factor = Factor(name, {str(value): {key: value} for value in values})
+    return Study(name=name, factors=(factor,), baseline={name: str(baseline)}, **study)
+
+
+_ARCHITECTURE = Factor(
+    "architecture",
+    {
+        "encoder-decoder": {"model.arch": "encoder-decoder"},
+        "decoder-only": {"model.arch": "decoder-only"},
+        "encoder-only": {"model.arch": "encoder-only"},
+    },
+    only={"encoder-decoder": ("translation",)},
+)
+
+STUDIES: dict[str, Study] = {
+    study.name: study
+    for study in [
+        _one(
+            "heads",
+            "model.n_heads",
+            (1, 2, 4, 8, 16),
+            8,
+            description="attention heads h at a fixed d_model, so d_k = d_model / h",
+            vaswani_rows="A",
+        ),
+        _one(
+            "depth",
+            "model.n_layers",
+            (1, 2, 3, 6),
+            3,
+            description="layers per stack (the encoder and the decoder each)",
+            vaswani_rows="C",
+        ),
+        _one(
+            "dropout",
+            "model.dropout",
+            (0.0, 0.1, 0.2, 0.3),
+            0.1,
+            description="dropout on sublayer outputs, embeddings and attention weights",
+            vaswani_rows="D",
+        ),
+        Study(
+            name="width",
+            description="d_model and d_ff scaled together at 8 heads (d_k scales with them)",
+            factors=(
+                Factor(
+                    "width",
+                    {
+                        f"{scale}x": {"model.d_model": Scale(scale), "model.d_ff": Scale(scale)}
+                        for scale in (0.5, 1, 2)
+                    },
+                ),
+            ),
+            baseline={"width": "1x"},
+            vaswani_rows="C",
+        ),
+        _one(
+            "positional",
+            "model.positional",
+            ("none", "sinusoidal", "learned", "relative", "rope", "alibi"),
+            "sinusoidal",
+            description="how the model knows where a token is",
+            vaswani_rows="E",
+        ),
+        _one("norm", "model.norm", ("layernorm", "rmsnorm"), "layernorm", description="the norm"),
+        _one(
+            "norm_position",
+            "model.norm_position",
+            ("pre", "post"),
+            "pre",
+            description="the norm before each sublayer (pre) or after the residual sum (post)",
+        ),
+        Study(
+            name="schedule",
+            description="constant Adam, Noam (the paper's) and warmup+cosine, at one peak rate",
+            factors=(
+                Factor(
+                    "schedule",
+                    {
+                        "constant": {"train.schedule": "constant", "train.warmup": 0},
+                        "noam": {"train.schedule": "noam"},
+                        "warmup_cosine": {"train.schedule": "warmup_cosine"},
+                    },
+                ),
+            ),
+            baseline={"schedule": "warmup_cosine"},
+        ),
+        _one(
+            "label_smoothing",
+            "train.label_smoothing",
+            (0.0, 0.1, 0.2),
+            0.1,
+            description="label smoothing of the training loss (evaluation is plain NLL)",
+            vaswani_rows="D",
+        ),
+        Study(
+            name="residual",
+            description="with and without the residual connections",
+            factors=(
+                Factor(
+                    "residual",
+                    {"with": {"model.residual": True}, "without": {"model.residual": False}},
+                ),
+            ),
+            baseline={"residual": "with"},
+        ),
+        Study(
+            name="architecture",
+            description=(
+                "encoder-decoder; decoder-only prefix LM over source </s><s> target; encoder-only "
+                "over the same sequence, which sees the answer"
+            ),
+            factors=(_ARCHITECTURE,),
+            baseline={"architecture": "encoder-decoder"},
+        ),
+        Study(
+            name="factorial",
+            description=(
+                "positional (absolute/relative) × norm × optimizer (Adam constant/Noam) × label "
+                "smoothing (0/0.1): a 2×2×2×2 full factorial"
+            ),
+            factors=(
+                Factor(
+                    "positional",
+                    {
+                        "absolute": {"model.positional": "sinusoidal"},
+                        "relative": {"model.positional": "relative"},
+                    },
+                ),
+                Factor(
+                    "norm",
+                    {
+                        "layernorm": {"model.norm": "layernorm"},
+                        "rmsnorm": {"model.norm": "rmsnorm"},
+                    },
+                ),
+                Factor(
+                    "optimizer",
+                    {
+                        "adam": {"train.schedule": "constant", "train.warmup": 0},
+                        "noam": {"train.schedule": "noam"},
+                    },
+                ),
+                Factor(
+                    "smoothing",
+                    {
+                        "ls=0": {"train.label_smoothing": 0.0},
+                        "ls=0.1": {"train.label_smoothing": 0.1},
+                    },
+                ),
+            ),
+            baseline={
+                "positional": "absolute",
+                "norm": "layernorm",
+                "optimizer": "noam",
+                "smoothing": "ls=0.1",
+            },
+            vaswani_rows="D, E",
+        ),
+    ]
+}
+
+
+def study_names() -> list[str]:
+    return list(STUDIES)
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise ValueError(f"study={name!r} is not one of: {', '.join(STUDIES)}")
+    return STUDIES[name]
+
+
+def task_kind(task: str) -> str:
+    """``translation`` or ``language-model``; other tasks are an error that lists the valid ones."""
+    if task not in TASKS:
+        raise ValueError(
+            f"task={task!r} is not one of: {', '.join(TASKS)} (translation: multi30k, cmn-eng; "
+            f"character language model: tinyshakespeare)"
+        )
+    return TASKS[task]
+
+
+def applicability() -> list[dict[str, Any]]:
+    """Which studies run on which kind of task, and with which levels."""
+    rows = []
+    for study in STUDIES.values():
+        row: dict[str, Any] = {"study": study.name, "design": study.design}
+        for kind in ("translation", "language-model"):
+            labels = [variant.label for variant in study.variants(kind)]
+            row[kind] = "; ".join(labels) if len(labels) <= 6 else f"{len(labels)} cells"
+        rows.append(row)
+    return rows
