@@ -69,10 +69,8 @@ def device_name(device: str | torch.device | None = None) -> str:
     return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
-def provenance(
-    seed: int, wall_time: float, device: str | torch.device | None = None
-) -> dict[str, Any]:
-    """Where a result came from: code version, software, hardware, time and seed.
+def code_version() -> dict[str, Any]:
+    """The git commit of this checkout and whether tracked files differ from it.
 
     ``git_commit`` is ``"unknown"`` outside a git checkout; ``git_dirty`` says whether tracked
     files differed from that commit (then the commit alone does not reproduce the run).
@@ -80,9 +78,22 @@ def provenance(
     here = Path(__file__).resolve().parent
     commit = _git("rev-parse", "HEAD", cwd=here)
     status = _git("status", "--porcelain", "--untracked-files=no", cwd=here)
+    return {"git_commit": commit or "unknown", "git_dirty": bool(status) if commit else None}
+
+
+def provenance(
+    seed: int,
+    wall_time: float,
+    device: str | torch.device | None = None,
+    code: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Where a result came from: code version, software, hardware, time and seed.
+
+    ``code`` is :func:`code_version` taken when the run *started* (the code that ran); without
+    it, the checkout's version now.
+    """
     return {
-        "git_commit": commit or "unknown",
-        "git_dirty": bool(status) if commit else None,
+        **(code if code is not None else code_version()),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "device": device_name(device),
@@ -206,6 +217,7 @@ def run_or_load(
     key = run_key(config)
     if store.exists(key) and not rerun:
         return store.load(key)
+    code = code_version()  # before training: a commit made during a long run is not its code
     started = time.perf_counter()
     result = dict(train_fn(config))
     wall_time = time.perf_counter() - started
@@ -216,7 +228,7 @@ def run_or_load(
         "metrics": result.pop("metrics", {}),
         "history": result.pop("history", []),
         "samples": result.pop("samples", {}),
-        "provenance": provenance(config.get("seed", 0), wall_time, device),
+        "provenance": provenance(config.get("seed", 0), wall_time, device, code),
     }
     if result:
         raise ValueError(f"train_fn returned unknown fields: {', '.join(sorted(result))}")

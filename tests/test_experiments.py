@@ -132,3 +132,17 @@ def test_attention_maps_are_saved_beside_the_record_and_not_listed_as_records(tm
     assert store.load_attention("missing") is None
     with pytest.raises(TypeError, match="list of dicts"):
         store.save_attention("run", {"decoder": []})
+
+
+def test_provenance_records_the_code_version_of_when_the_run_started(tmp_path, monkeypatch):
+    from annotated_transformer import experiments
+
+    heads = iter(["a" * 40, "b" * 40])  # HEAD before the run, then after a commit during it
+    monkeypatch.setattr(
+        experiments,
+        "_git",
+        lambda *arguments, cwd: next(heads) if arguments[0] == "rev-parse" else "",
+    )
+    record = run_or_load(ResultsStore(tmp_path), CONFIG, lambda config: {"metrics": {}})
+    assert record["provenance"]["git_commit"] == "a" * 40
+    assert record["provenance"]["git_dirty"] is False
