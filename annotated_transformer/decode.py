@@ -8,6 +8,12 @@ One interface for both causal architectures:
 Every function returns the whole sequence (prompt or ``bos_id`` first) as ``[B, T]``; positions
 after a sequence's ``eos_id`` hold ``pad_id``. With ``use_cache=False`` each step recomputes the
 whole prefix (the slow reference the cache is tested against).
+
+A decoder-only model conditions on at most ``window`` tokens, by default its ``max_len`` (the
+training context): past it, each step reads only the last ``window`` tokens, recomputed without the
+cache, as nanoGPT crops its context. Absolute positions never seen in training (sinusoidal past the
+training length, or learned ones past ``max_len``) otherwise turn a long sample into garbage.
+``window=None`` feeds the whole sequence (to study extrapolation, chapter 03).
 """
 
 from __future__ import annotations
@@ -20,11 +26,15 @@ from torch import Tensor, nn
 
 from .model import DecoderCache, DecoderOnlyTransformer, EncoderDecoderTransformer
 
+Window = int | str | None  # an int, "max_len" (the model's), or None (no limit)
+
 
 class _Stepper:
     """Feeds a growing prefix to a model and returns the logits of its last position."""
 
-    def __init__(self, model: nn.Module, src: Tensor | None, use_cache: bool) -> None:
+    def __init__(
+        self, model: nn.Module, src: Tensor | None, use_cache: bool, window: Window = "max_len"
+    ) -> None:
         self.model = model
         self.encoder_decoder = isinstance(model, EncoderDecoderTransformer)
         if not self.encoder_decoder and not isinstance(model, DecoderOnlyTransformer):
@@ -42,9 +52,15 @@ class _Stepper:
             self.memory_mask = model.source_mask(src)  # [B, 1, 1, S] or None
         self.cache: DecoderCache | None = model.new_cache() if use_cache else None
         self.fed = 0  # how many prefix positions the cache holds
+        window = _resolve_window(model, window)
+        self.window = None if self.encoder_decoder else window  # a translation's target is short
 
     def __call__(self, prefix: Tensor) -> Tensor:
         """``prefix``: ``[B, T]``, the whole sequence so far. Returns ``[B, V]`` logits."""
+        if self.window is not None and prefix.size(1) > self.window:
+            # Past the window: the last `window` tokens at positions 0.., as in training. Every
+            # position shifts at each step, so the cache cannot be reused.
+            return self.model(prefix[:, -self.window :])[:, -1]  # [B, V]
         new = prefix if self.cache is None else prefix[:, self.fed :]  # [B, T_new]
         if self.encoder_decoder:
             logits = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache)
@@ -61,6 +77,17 @@ class _Stepper:
             self.memory = self.memory.index_select(0, index)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, index)
+
+
+def _resolve_window(model: nn.Module, window: Window) -> int | None:
+    if window == "max_len":
+        return model.config.max_len
+    if window is None or (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        return window
+    raise ValueError(
+        f"window={window!r} is not accepted: use a positive int, 'max_len' (the model's training "
+        f"context) or None (no limit)"
+    )
 
 
 def _start(
@@ -90,13 +117,14 @@ def _generate(
     bos_id: int | None,
     eos_id: int | None,
     use_cache: bool,
+    window: Window = "max_len",
 ) -> Tensor:
     """Shared loop of greedy decoding and sampling; ``choose`` maps ``[B, V]`` logits to ``[B]``."""
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     was_training = model.training
     model.eval()
-    step = _Stepper(model, src, use_cache)
+    step = _Stepper(model, src, use_cache, window)
     tokens = _start(model, src, prompt, bos_id)  # [B, T_0]
     finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
     pad = _pad_id(model, eos_id)
@@ -121,6 +149,7 @@ def greedy_decode(
     bos_id: int | None = None,
     eos_id: int | None = None,
     use_cache: bool = True,
+    window: Window = "max_len",
 ) -> Tensor:
     """Take the most probable token at every step. Returns ``[B, T_0 + n]``."""
     return _generate(
@@ -132,6 +161,7 @@ def greedy_decode(
         bos_id,
         eos_id,
         use_cache,
+        window,
     )
 
 
@@ -174,6 +204,7 @@ def sample(
     eos_id: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    window: Window = "max_len",
 ) -> Tensor:
     """Sample each token from softmax(logits / temperature), optionally top-k / top-p filtered.
 
@@ -188,7 +219,7 @@ def sample(
         filtered = filter_logits(logits.float() / temperature, top_k, top_p)
         return torch.multinomial(filtered.softmax(-1), 1, generator=generator)[:, 0]  # [B]
 
-    return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache)
+    return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache, window)
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -218,6 +249,7 @@ def beam_search(
     bos_id: int | None = None,
     eos_id: int | None = None,
     use_cache: bool = True,
+    window: Window = "max_len",
 ) -> BeamResult:
     """Batched beam search with GNMT's length penalty.
 
@@ -241,7 +273,8 @@ def beam_search(
     batch, start_len = start.shape
     device = start.device
     expand = torch.arange(batch, device=device).repeat_interleave(beam_size)  # [B·K]
-    step = _Stepper(model, None if src is None else src.index_select(0, expand), use_cache)
+    source = None if src is None else src.index_select(0, expand)  # [B·K, S]
+    step = _Stepper(model, source, use_cache, window)
     tokens = start.index_select(0, expand)  # [B·K, T_0]
     # Only the first beam of each input is live at the start, so the K copies do not repeat.
     scores = torch.full((batch, beam_size), float("-inf"), device=device)

@@ -241,3 +241,52 @@ def test_bad_arguments_give_clear_errors():
     )
     with pytest.raises(TypeError, match="encoder-only model has no causal decoder"):
         greedy_decode(encoder, prompt=torch.tensor([[3]]))
+
+
+def windowed_model(positional: str, max_len: int = 6):
+    config = at.TransformerConfig(
+        arch="decoder-only",
+        vocab_size=VOCAB,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        pad_id=None,
+        positional=positional,
+        max_len=max_len,
+    )
+    torch.manual_seed(3)
+    model = at.build_model(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.5)
+    return model.eval()
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
+def test_generation_past_max_len_conditions_on_the_last_max_len_tokens(positional):
+    model = windowed_model(positional, max_len=6)
+    prompt = torch.tensor([[3, 4, 5], [5, 3, 3]])
+    # The reference: nanoGPT's loop, cropping the context to the last max_len tokens every step.
+    expected = prompt
+    with torch.no_grad():
+        for _ in range(10):
+            logits = model(expected[:, -6:])[:, -1]  # [B, V]
+            expected = torch.cat([expected, logits.argmax(-1, keepdim=True)], dim=1)
+    for use_cache in (True, False):
+        got = greedy_decode(model, prompt=prompt, max_new_tokens=10, use_cache=use_cache)
+        assert torch.equal(got, expected)
+    beam = beam_search(model, prompt=prompt, beam_size=1, max_new_tokens=10, alpha=0.0)
+    assert torch.equal(beam.tokens, expected)  # beam size 1 is greedy, windowed too
+
+
+def test_window_none_feeds_everything_and_bad_windows_are_refused():
+    model = windowed_model("learned", max_len=6)
+    prompt = torch.tensor([[3, 4, 5]])
+    with pytest.raises(ValueError, match="max_len=6"):  # learned positions stop at max_len
+        greedy_decode(model, prompt=prompt, max_new_tokens=10, window=None)
+    assert greedy_decode(model, prompt=prompt, max_new_tokens=10, window=4).shape == (1, 13)
+    for bad in (0, -1, "all", True):
+        with pytest.raises(ValueError, match="window=.* is not accepted"):
+            greedy_decode(model, prompt=prompt, max_new_tokens=2, window=bad)
