@@ -19,7 +19,9 @@ VOCAB, EOS, BOS, PAD = 6, 1, 2, 0
 ARCHS = ["decoder-only", "encoder-decoder"]
 
 
-def tiny_model(arch: str, seed: int, positional: str = "sinusoidal", pad_id=None, sharpen=1.5):
+def tiny_model(
+    arch: str, seed: int, positional: str = "sinusoidal", pad_id=None, sharpen=1.5, max_len=512
+):
     """A random tiny model; sharpening the weights gives peaked, varied next-token distributions."""
     config = at.TransformerConfig(
         arch=arch,
@@ -31,6 +33,7 @@ def tiny_model(arch: str, seed: int, positional: str = "sinusoidal", pad_id=None
         dropout=0.0,
         pad_id=pad_id,
         positional=positional,
+        max_len=max_len,
     )
     torch.manual_seed(seed)
     model = at.build_model(config)
@@ -243,30 +246,9 @@ def test_bad_arguments_give_clear_errors():
         greedy_decode(encoder, prompt=torch.tensor([[3]]))
 
 
-def windowed_model(positional: str, max_len: int = 6):
-    config = at.TransformerConfig(
-        arch="decoder-only",
-        vocab_size=VOCAB,
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        d_ff=32,
-        dropout=0.0,
-        pad_id=None,
-        positional=positional,
-        max_len=max_len,
-    )
-    torch.manual_seed(3)
-    model = at.build_model(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(1.5)
-    return model.eval()
-
-
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
 def test_generation_past_max_len_conditions_on_the_last_max_len_tokens(positional):
-    model = windowed_model(positional, max_len=6)
+    model = tiny_model("decoder-only", 3, positional, max_len=6)
     prompt = torch.tensor([[3, 4, 5], [5, 3, 3]])
     # The reference: nanoGPT's loop, cropping the context to the last max_len tokens every step.
     expected = prompt
@@ -282,7 +264,7 @@ def test_generation_past_max_len_conditions_on_the_last_max_len_tokens(positiona
 
 
 def test_window_none_feeds_everything_and_bad_windows_are_refused():
-    model = windowed_model("learned", max_len=6)
+    model = tiny_model("decoder-only", 3, "learned", max_len=6)
     prompt = torch.tensor([[3, 4, 5]])
     with pytest.raises(ValueError, match="max_len=6"):  # learned positions stop at max_len
         greedy_decode(model, prompt=prompt, max_new_tokens=10, window=None)
