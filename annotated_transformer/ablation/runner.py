@@ -89,6 +89,9 @@ def run_study(
     training config stored by another study (a shared baseline) is reused, not trained again.
     ``budget_s``: start no new run after that many seconds (the rest stays missing, for the
     next call). ``rerun=True`` trains every run again.
+
+    From a script, call it under ``if __name__ == "__main__":``: spawned workers import the
+    script again, and without the guard each would start a study of its own.
     """
     say = log or (lambda message: None)
     profile, why = resolve_profile(profile)
