@@ -3,6 +3,8 @@
 One interface for both causal architectures:
 
 - decoder-only: ``prompt`` ``[B, T_0]`` (equal lengths; no padding inside a prompt), continued;
+- encoder-only, with ``use_cache=False`` only: a prompt too, the whole sequence read again at
+  every step (chapter 09 measures what a bidirectional model does when it must generate);
 - encoder-decoder: ``src`` ``[B, S]`` (padded with ``pad_id``), decoded from ``bos_id``.
 
 Every function returns the whole sequence (prompt or ``bos_id`` first) as ``[B, T]``; positions
@@ -24,7 +26,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .model import DecoderCache, DecoderOnlyTransformer, EncoderDecoderTransformer
+from .model import (
+    DecoderCache,
+    DecoderOnlyTransformer,
+    EncoderDecoderTransformer,
+    EncoderOnlyTransformer,
+)
 
 Window = int | str | None  # an int, "max_len" (the model's), or None (no limit)
 
@@ -37,10 +44,18 @@ class _Stepper:
     ) -> None:
         self.model = model
         self.encoder_decoder = isinstance(model, EncoderDecoderTransformer)
-        if not self.encoder_decoder and not isinstance(model, DecoderOnlyTransformer):
+        encoder_only = isinstance(model, EncoderOnlyTransformer)
+        if not (self.encoder_decoder or encoder_only or isinstance(model, DecoderOnlyTransformer)):
             raise TypeError(
-                f"decoding needs a decoder-only or encoder-decoder model, got "
-                f"{type(model).__name__} (an encoder-only model has no causal decoder)"
+                f"decoding needs a decoder-only, encoder-decoder or encoder-only model, got "
+                f"{type(model).__name__}"
+            )
+        if encoder_only and use_cache:
+            # Bidirectional: each new token changes every earlier position, so nothing can be
+            # cached; re-reading the whole prefix each step still never shows it the future.
+            raise TypeError(
+                "an encoder-only model has no causal decoder, so no KV cache: decode it with "
+                "use_cache=False (the whole sequence is read again at every step)"
             )
         if self.encoder_decoder and src is None:
             raise ValueError("an encoder-decoder model needs src to decode from")
@@ -64,6 +79,8 @@ class _Stepper:
         new = prefix if self.cache is None else prefix[:, self.fed :]  # [B, T_new]
         if self.encoder_decoder:
             logits = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache)
+        elif self.cache is None:
+            logits = self.model(new)  # [B, T, V]; also an encoder-only model
         else:
             logits = self.model(new, cache=self.cache)
         self.fed = prefix.size(1)

@@ -11,7 +11,6 @@ import torch
 from annotated_transformer import TransformerConfig, build_model
 from annotated_transformer import ablation as ab
 from annotated_transformer.data import collate_pairs
-from annotated_transformer.decode import greedy_decode
 from annotated_transformer.experiments import ResultsStore
 from annotated_transformer.metrics import t_quantile
 
@@ -332,13 +331,6 @@ def test_only_the_encoder_only_model_sees_the_future(arch):
         before, after = model(tokens), model(changed)  # [1, 10, 20]
     moved = not torch.allclose(before[:, :6], after[:, :6])
     assert moved == (arch == "encoder-only")
-
-
-def test_greedy_recompute_equals_cached_greedy_decoding():
-    model = _single_stack("decoder-only")
-    prompt = torch.randint(3, 20, (3, 4), generator=torch.Generator().manual_seed(2))
-    cached = greedy_decode(model, prompt=prompt, max_new_tokens=8, eos_id=2)
-    assert torch.equal(ab.greedy_recompute(model, prompt, 8, eos_id=2, pad_id=0), cached)
 
 
 # -- real (tiny) studies ------------------------------------------------------------------------

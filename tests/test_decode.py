@@ -272,3 +272,21 @@ def test_window_none_feeds_everything_and_bad_windows_are_refused():
     for bad in (0, -1, "all", True):
         with pytest.raises(ValueError, match="window=.* is not accepted"):
             greedy_decode(model, prompt=prompt, max_new_tokens=2, window=bad)
+
+
+def test_encoder_only_decodes_without_cache_reading_the_whole_prefix_each_step():
+    model = tiny_model("encoder-only", 4, pad_id=PAD)
+    prompt = torch.tensor([[3, 4, 5], [5, 5, 3]])
+    # The reference loop: the whole sequence so far, the last position's argmax, pad after eos.
+    expected, finished = prompt, torch.zeros(2, dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(6):
+            token = model(expected)[:, -1].argmax(-1).masked_fill(finished, PAD)  # [B]
+            expected = torch.cat([expected, token[:, None]], dim=1)
+            finished |= token == EOS
+            if finished.all():
+                break
+    got = greedy_decode(model, prompt=prompt, max_new_tokens=6, eos_id=EOS, use_cache=False)
+    assert torch.equal(got, expected)
+    with pytest.raises(TypeError, match="use_cache=False"):
+        greedy_decode(model, prompt=prompt, max_new_tokens=6)

@@ -60,7 +60,6 @@ from .runner import (  # noqa: F401
 )
 from .runs import (  # noqa: F401
     PrefixSource,
-    greedy_recompute,
     last_position_loss,
     load_task,
     prefix_lm_batch,

@@ -61,27 +61,6 @@ class PrefixSource:
         return (prefix_lm_batch(batch, self.pad_id) for batch in self.source(epoch, generator))
 
 
-@torch.no_grad()
-def greedy_recompute(
-    model: nn.Module, prompt: Tensor, max_new_tokens: int, eos_id: int, pad_id: int
-) -> Tensor:
-    """Greedy decoding that runs the whole sequence again at every step (no cache), so that it
-    works for an encoder-only model too: at step ``t`` it sees the prompt and its own ``t``
-    tokens, and nothing after them, as at any real generation. Returns ``[B, T_0 + n]``."""
-    was_training = model.training
-    model.eval()
-    tokens = prompt  # [B, T_0]
-    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
-    for _ in range(max_new_tokens):
-        next_token = model(tokens)[:, -1].argmax(-1).masked_fill(finished, pad_id)  # [B]
-        tokens = torch.cat([tokens, next_token[:, None]], 1)  # [B, T + 1]
-        finished |= next_token == eos_id
-        if bool(finished.all()):
-            break
-    model.train(was_training)
-    return tokens
-
-
 def translate(
     model: nn.Module,
     batches: Iterable[Batch],
@@ -94,8 +73,8 @@ def translate(
 
     Encoder-decoder: :func:`~annotated_transformer.decode.greedy_decode` from ``<s>`` on the KV
     cache. One stack: the prompt ``source </s> <s>``; sources of equal length from all batches are
-    decoded together (a prompt has no padding inside); decoder-only on the cache, encoder-only by
-    :func:`greedy_recompute`.
+    decoded together (a prompt has no padding inside); decoder-only on the cache, encoder-only
+    without it (``use_cache=False``: the whole sequence again at every step).
     """
     info, tokenizer = task.info, task.tokenizer
     pad, bos, eos = info["pad_id"], info["bos_id"], info["eos_id"]
@@ -127,12 +106,13 @@ def translate(
             group = rows[chunk : chunk + 256]
             start = torch.full((len(group), 1), bos, dtype=torch.long, device=device)
             prompt = torch.cat([torch.stack([sources[row] for row in group]), start], 1)
-            if arch == "decoder-only":  # prompt: [b, length + 1]
-                tokens = greedy_decode(
-                    model, prompt=prompt, max_new_tokens=budget(length), eos_id=eos
-                )
-            else:
-                tokens = greedy_recompute(model, prompt, budget(length), eos, pad)
+            tokens = greedy_decode(  # prompt: [b, length + 1]
+                model,
+                prompt=prompt,
+                max_new_tokens=budget(length),
+                eos_id=eos,
+                use_cache=arch == "decoder-only",  # encoder-only: bidirectional, no cache
+            )
             for row, generated in zip(group, tokens[:, length + 1 :], strict=True):
                 texts[row] = tokenizer.decode(generated.tolist())
     outputs += texts
