@@ -384,6 +384,125 @@ def translation_task(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Chapter 08's run sizes
+
+
+# How big each of chapter 08's runs is under each profile: `smoke` (seconds on a CPU: the book
+# and CI), `cpu` (a real run of all four tasks in about 13 minutes on 2 idle cores, measured),
+# `gpu` (the full run; Shakespeare follows nanoGPT's character model). Per task: options of its
+# builder ("data"), TransformerConfig fields ("model"), TrainConfig fields ("train"); the copy
+# task gives TrainConfig fields only. Chapter 10 trains its smoke models from the same sizes.
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    "smoke": {
+        "copy": {"max_steps": 250},
+        "shakespeare": {
+            "data": {"context_length": 64, "batch_size": 16},
+            "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "dropout": 0.0},
+            "train": {
+                "max_steps": 60,
+                "warmup": 10,
+                "lr": 3e-3,
+                "eval_every": 30,
+                "eval_batches": 4,
+            },
+        },
+        "multi30k": {
+            "data": {"bpe_vocab_size": 1000, "max_train_pairs": 4000, "max_tokens": 1024},
+            "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "dropout": 0.0},
+            "train": {
+                "max_steps": 60,
+                "warmup": 10,
+                "lr": 3e-3,
+                "eval_every": 30,
+                "eval_batches": 4,
+            },
+            "test_sentences": 64,
+        },
+        "ptb": {
+            "data": {"context_length": 32, "batch_size": 8},
+            "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128, "dropout": 0.0},
+            "train": {
+                "max_steps": 40,
+                "warmup": 10,
+                "lr": 3e-3,
+                "eval_every": 20,
+                "eval_batches": 2,
+            },
+        },
+    },
+    "cpu": {
+        "copy": {"max_steps": 400},
+        "shakespeare": {
+            "data": {"context_length": 128, "batch_size": 16},
+            "model": {"d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 512, "dropout": 0.0},
+            "train": {
+                "max_steps": 1500,
+                "warmup": 100,
+                "lr": 2e-3,
+                "eval_every": 250,
+                "eval_batches": 10,
+            },
+        },
+        "multi30k": {
+            "data": {"bpe_vocab_size": 4000, "max_tokens": 2048},
+            "model": {"d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 512, "dropout": 0.1},
+            "train": {
+                "max_steps": 1200,
+                "warmup": 150,
+                "lr": 1e-3,
+                "eval_every": 300,
+                "eval_batches": 10,
+            },
+            "test_sentences": None,  # the whole test split
+        },
+        "ptb": {
+            "data": {"context_length": 64, "batch_size": 16},
+            "model": {"d_model": 128, "n_heads": 4, "n_layers": 2, "d_ff": 512, "dropout": 0.1},
+            "train": {
+                "max_steps": 600,
+                "warmup": 60,
+                "lr": 3e-3,
+                "eval_every": 200,
+                "eval_batches": 10,
+            },
+        },
+    },
+    "gpu": {
+        "copy": {"max_steps": 400},
+        "shakespeare": {
+            "data": {"context_length": 256, "batch_size": 64},
+            "model": {"d_model": 384, "n_heads": 6, "n_layers": 6, "d_ff": 1536, "dropout": 0.2},
+            "train": {
+                "max_steps": 5000,
+                "warmup": 100,
+                "lr": 1e-3,
+                "min_lr": 1e-4,
+                "eval_every": 250,
+            },
+        },
+        "multi30k": {
+            "data": {"bpe_vocab_size": 8000, "max_tokens": 8192},
+            "model": {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.1},
+            "train": {"max_steps": 10000, "warmup": 1000, "lr": 5e-4, "eval_every": 500},
+            "test_sentences": None,
+        },
+        "ptb": {
+            "data": {"context_length": 256, "batch_size": 64},
+            "model": {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.4},
+            "train": {"max_steps": 10000, "warmup": 500, "lr": 5e-4, "eval_every": 500},
+        },
+    },
+}
+
+
+def profile_settings(profile: str) -> dict[str, dict[str, Any]]:
+    """The sizes of chapter 08's runs under ``profile`` (see :data:`PROFILES`)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r} is not one of: {', '.join(PROFILES)}")
+    return PROFILES[profile]
+
+
 TASKS: dict[str, Callable[..., Task]] = {"copy": copy_task}
 
 

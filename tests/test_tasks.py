@@ -64,3 +64,14 @@ def test_unknown_tasks_and_architectures_are_named():
         get_task("wmt")
     with pytest.raises(ValueError, match="arch='encoder-only' is not one of"):
         copy_task(arch="encoder-only")
+
+
+def test_profile_settings_names_the_profiles_and_refuses_others():
+    from annotated_transformer.tasks import PROFILES, profile_settings
+
+    assert list(PROFILES) == ["smoke", "cpu", "gpu"]
+    assert profile_settings("cpu") is PROFILES["cpu"]
+    for settings in PROFILES.values():
+        assert set(settings) == {"copy", "shakespeare", "multi30k", "ptb"}
+    with pytest.raises(ValueError, match="profile='fast' is not one of: smoke, cpu, gpu"):
+        profile_settings("fast")
