@@ -127,6 +127,16 @@ def run_ours(layer: nn.Module, path: str, *args, **kwargs) -> torch.Tensor:
 # name -> (our mask, our is_causal, torch src_mask (True = blocked), torch src_key_padding_mask)
 REAL = real_positions([LENGTH, 4, 2], LENGTH)  # [B, T]
 KEYS = REAL[:, None, None, :]  # [B, 1, 1, T]: which keys are real
+
+
+def torch_layer(layer_class, norm_position):
+    """``nn.TransformerEncoderLayer`` or ``DecoderLayer`` shaped like our layers, no dropout."""
+    layer = layer_class(
+        D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_position == "pre"
+    )
+    return torch_reference(layer)
+
+
 CAUSAL = causal_mask(LENGTH)  # [T, T]
 ENCODER_MASKS = {
     "no_mask": (None, False, None, None),
@@ -143,16 +153,7 @@ ENCODER_MASKS = {
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_encoder_layer_matches_torch_transformer_encoder_layer(norm_position, masks, path):
     ours = randomized(EncoderLayer(layer_config(norm_position)), seed=0)
-    theirs = torch_reference(
-        nn.TransformerEncoderLayer(
-            D_MODEL,
-            N_HEADS,
-            D_FF,
-            dropout=0.0,
-            batch_first=True,
-            norm_first=norm_position == "pre",
-        )
-    )
+    theirs = torch_layer(nn.TransformerEncoderLayer, norm_position)
     copy_encoder_layer(ours, theirs)
     mask, is_causal, src_mask, key_padding = ENCODER_MASKS[masks]
     x = inputs(1, BATCH, LENGTH, D_MODEL)
@@ -230,16 +231,7 @@ DECODER_MASKS = {
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_decoder_layer_matches_torch_transformer_decoder_layer(norm_position, masks, path):
     ours = randomized(DecoderLayer(layer_config(norm_position)), seed=5)
-    theirs = torch_reference(
-        nn.TransformerDecoderLayer(
-            D_MODEL,
-            N_HEADS,
-            D_FF,
-            dropout=0.0,
-            batch_first=True,
-            norm_first=norm_position == "pre",
-        )
-    )
+    theirs = torch_layer(nn.TransformerDecoderLayer, norm_position)
     copy_decoder_layer(ours, theirs)
     self_mask, memory_mask, is_causal, tgt_mask, tgt_padding, memory_padding = DECODER_MASKS[masks]
     x = inputs(6, BATCH, LENGTH, D_MODEL)
