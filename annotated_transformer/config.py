@@ -39,6 +39,10 @@ class TransformerConfig:
     d_ff: int = 2048
     dropout: float = 0.1  # on sublayer outputs and on embeddings + positions (§5.4)
     attention_dropout: float | None = None  # on attention weights; defaults to dropout
+    activation_dropout: float | None = None  # inside the feed-forward, after the activation;
+    # defaults to dropout. The paper drops only sublayer outputs and embeddings (§5.4); setting
+    # both of these to 0 keeps exactly its sites (and on a CPU, where random numbers are slow,
+    # removes the two largest dropout tensors: [B, H, T, T] and [B, T, d_ff]).
     max_len: int = 512
     positional: str = "sinusoidal"
     norm: str = "layernorm"
@@ -85,7 +89,7 @@ class TransformerConfig:
                         f"{name}={getattr(self, name)!r} is accepted only with "
                         f"arch='encoder-decoder'; a {self.arch} model uses vocab_size and n_layers"
                     )
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if value is not None and not (_is_number(value) and 0 <= value < 1):
                 raise ValueError(f"{name}={value!r} is not accepted: use a number in [0, 1)")
@@ -151,6 +155,10 @@ class TransformerConfig:
     @property
     def attention_dropout_p(self) -> float:
         return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
+    def activation_dropout_p(self) -> float:
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
     @property
     def use_final_norm(self) -> bool:

@@ -103,7 +103,7 @@ class EncoderLayer(nn.Module):
             config.d_model, config.n_heads, config.attention_dropout_p, config.bias
         )
         self.feed_forward = FeedForward(
-            config.d_model, config.d_ff, config.dropout, config.activation, config.bias
+            config.d_model, config.d_ff, config.activation_dropout_p, config.activation, config.bias
         )
         self.attention_block = Residual(config)
         self.feed_forward_block = Residual(config)
@@ -145,7 +145,7 @@ class DecoderLayer(nn.Module):
         self.self_attention = MultiHeadAttention(*attention_args)
         self.cross_attention = MultiHeadAttention(*attention_args)
         self.feed_forward = FeedForward(
-            config.d_model, config.d_ff, config.dropout, config.activation, config.bias
+            config.d_model, config.d_ff, config.activation_dropout_p, config.activation, config.bias
         )
         self.self_attention_block = Residual(config)
         self.cross_attention_block = Residual(config)

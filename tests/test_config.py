@@ -144,14 +144,14 @@ def test_sinusoidal_with_odd_d_model_is_rejected():
 # Rates and other numbers
 
 
-@pytest.mark.parametrize("field", ["dropout", "attention_dropout"])
+@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout"])
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5, "0.1", True, float("nan")])
 def test_dropout_outside_zero_one_is_rejected(field, bad):
     with pytest.raises(ValueError, match=field_and_value(field, bad) + r".*\[0, 1\)"):
         small_config(**{field: bad})
 
 
-@pytest.mark.parametrize("field", ["dropout", "attention_dropout"])
+@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout"])
 def test_dropout_accepts_zero_and_just_below_one(field):
     assert getattr(small_config(**{field: 0}), field) == 0
     assert getattr(small_config(**{field: 0.999}), field) == 0.999
@@ -229,6 +229,25 @@ def test_final_norm_defaults_to_pre_norm_and_can_be_forced():
 def test_attention_dropout_defaults_to_dropout():
     assert small_config(dropout=0.3).attention_dropout_p == 0.3
     assert small_config(dropout=0.3, attention_dropout=0.0).attention_dropout_p == 0.0
+
+
+def test_activation_dropout_defaults_to_dropout_and_reaches_the_feed_forward():
+    import torch
+
+    from annotated_transformer import build_model
+
+    assert small_config(dropout=0.3).activation_dropout_p == 0.3
+    config = small_config(arch="decoder-only", dropout=0.3, activation_dropout=0.0)
+    model = build_model(config)
+    rates = {
+        name: module.p
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Dropout)
+    }
+    feed_forward = [p for name, p in rates.items() if "feed_forward.dropout" in name]
+    others = [p for name, p in rates.items() if "feed_forward.dropout" not in name]
+    assert feed_forward and set(feed_forward) == {0.0}
+    assert others and set(others) == {0.3}
 
 
 def test_head_size_and_causality():
