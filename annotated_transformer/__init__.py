@@ -25,14 +25,19 @@ The modules of chapters 08-11 are imported by name (``from annotated_transformer
 the names below are the building blocks every chapter uses.
 """
 
-from .attention import KVCache, MultiHeadAttention, dot_product_attention
+from .attention import (
+    DecoderCache,
+    KVCache,
+    LayerCache,
+    MultiHeadAttention,
+    dot_product_attention,
+)
 from .config import TransformerConfig
 from .decode import beam_search, greedy_decode, sample
-from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerCache, LayerWeights, Residual
+from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerWeights, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask, to_torch_blocked
 from .model import (
-    DecoderCache,
     DecoderOnlyTransformer,
     EncoderDecoderTransformer,
     EncoderOnlyTransformer,

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and multi-head attention (chapter 01).
+"""Scaled dot-product attention, multi-head attention and the key/value caches (chapter 01).
 
 Vaswani et al. 2017, §3.2.1, eq. (1):
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -128,6 +128,44 @@ class KVCache:
         else:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+
+
+class LayerCache(NamedTuple):
+    """One layer's key/value caches: its self-attention's, and its cross-attention's (a decoder)."""
+
+    self_attention: KVCache
+    cross_attention: KVCache | None = None
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer key/value caches of a decoder, for incremental decoding."""
+
+    self_attention: list[KVCache]
+    cross_attention: list[KVCache] = field(default_factory=list)
+    key_mask: Tensor | None = None  # [B, 1, 1, T_cache]: which cached positions are not padding
+
+    @property
+    def length(self) -> int:
+        """Number of positions decoded so far (the offset of the next position)."""
+        return len(self.self_attention[0]) if self.self_attention else 0
+
+    def layer(self, index: int) -> LayerCache:
+        """The caches of layer ``index``."""
+        cross = self.cross_attention[index] if self.cross_attention else None
+        return LayerCache(self.self_attention[index], cross)
+
+    def extend_key_mask(self, new: Tensor) -> Tensor:
+        """Append ``new`` ``[B, 1, 1, T_new]`` and return the mask over all cached keys."""
+        self.key_mask = new if self.key_mask is None else torch.cat([self.key_mask, new], dim=-1)
+        return self.key_mask
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` in every cache (beam search)."""
+        for cache in [*self.self_attention, *self.cross_attention]:
+            cache.reorder(index)
+        if self.key_mask is not None:
+            self.key_mask = self.key_mask.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import LayerCache, MultiHeadAttention
 from .config import TransformerConfig
 from .norms import build_norm
 from .positional import PositionState
@@ -74,13 +74,6 @@ class Residual(nn.Module):
         if self.pre_norm:
             return skip + self.dropout(sublayer(self.norm(x)))
         return self.norm(skip + self.dropout(sublayer(x)))
-
-
-class LayerCache(NamedTuple):
-    """One layer's key/value caches: its self-attention's, and its cross-attention's (a decoder)."""
-
-    self_attention: KVCache
-    cross_attention: KVCache | None = None
 
 
 class LayerWeights(NamedTuple):

@@ -12,14 +12,13 @@ Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``V`` vocabulary,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import DecoderCache, KVCache
 from .config import TransformerConfig
-from .layers import DecoderLayer, EncoderLayer, LayerCache
+from .layers import DecoderLayer, EncoderLayer
 from .masking import padding_mask
 from .norms import build_norm
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
@@ -42,37 +41,6 @@ class TokenEmbedding(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         """``tokens``: ``[B, T]`` ids; returns ``[B, T, d_model]``."""
         return self.embedding(tokens) * self.scale
-
-
-@dataclass
-class DecoderCache:
-    """Per-layer key/value caches of a decoder, for incremental decoding."""
-
-    self_attention: list[KVCache]
-    cross_attention: list[KVCache] = field(default_factory=list)
-    key_mask: Tensor | None = None  # [B, 1, 1, T_cache]: which cached positions are not padding
-
-    @property
-    def length(self) -> int:
-        """Number of positions decoded so far (the offset of the next position)."""
-        return len(self.self_attention[0]) if self.self_attention else 0
-
-    def layer(self, index: int) -> LayerCache:
-        """The caches of layer ``index``."""
-        cross = self.cross_attention[index] if self.cross_attention else None
-        return LayerCache(self.self_attention[index], cross)
-
-    def extend_key_mask(self, new: Tensor) -> Tensor:
-        """Append ``new`` ``[B, 1, 1, T_new]`` and return the mask over all cached keys."""
-        self.key_mask = new if self.key_mask is None else torch.cat([self.key_mask, new], dim=-1)
-        return self.key_mask
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every cache (beam search)."""
-        for cache in [*self.self_attention, *self.cross_attention]:
-            cache.reorder(index)
-        if self.key_mask is not None:
-            self.key_mask = self.key_mask.index_select(0, index)
 
 
 class Stack(nn.Module):
