@@ -180,8 +180,8 @@ class MultiHeadAttention(nn.Module):
 
     Two paths compute the same thing: the efficient one calls ``F.scaled_dot_product_attention``
     (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls
-    :func:`dot_product_attention` and
-    is taken when the weights are requested (``need_weights=True``) or ``use_sdpa`` is False.
+    :func:`dot_product_attention` and is taken when the weights are requested
+    (``need_weights=True``) or ``use_sdpa`` is False.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:

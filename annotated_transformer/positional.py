@@ -197,10 +197,11 @@ class RotaryEmbedding(nn.Module):
         """``(cos, sin)`` of the angles ``pos · θ_i`` of positions ``offset .. offset + length - 1``.
 
         Computed here rather than kept in a buffer that a ``model.half()`` would round: at position
-        4000 a bf16 angle is off by ~16. ``dtype`` is at least float32 (float64 for a float64 model).
+        4000 a bf16 angle is off by ~16. The angles take ``dtype`` promoted to at least float32
+        (float64 for a float64 model); :func:`apply_rotary` casts them to the rotated tensor's.
 
         Returns:
-            two ``[length, d_k / 2]`` tensors of ``dtype``.
+            two ``[length, d_k / 2]`` tensors.
         """
         dtype = torch.promote_types(dtype, torch.float32)
         exponents = torch.arange(0, self.d_k, 2, device=device, dtype=dtype) / self.d_k
