@@ -25,14 +25,19 @@ The modules of chapters 08-11 are imported by name (``from annotated_transformer
 the names below are the building blocks every chapter uses.
 """
 
-from .attention import KVCache, MultiHeadAttention, attention
+from .attention import (
+    DecoderCache,
+    KVCache,
+    LayerCache,
+    MultiHeadAttention,
+    dot_product_attention,
+)
 from .config import TransformerConfig
 from .decode import beam_search, greedy_decode, sample
-from .layers import DecoderLayer, EncoderLayer, FeedForward, Residual
+from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerWeights, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask, to_torch_blocked
 from .model import (
-    DecoderCache,
     DecoderOnlyTransformer,
     EncoderDecoderTransformer,
     EncoderOnlyTransformer,
@@ -54,6 +59,7 @@ from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
     PositionalEncoding,
+    PositionState,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
@@ -79,9 +85,12 @@ __all__ = [
     "FeedForward",
     "KVCache",
     "LabelSmoothingLoss",
+    "LayerCache",
     "LayerNorm",
+    "LayerWeights",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "PositionState",
     "PositionalEncoding",
     "RMSNorm",
     "RelativePositionBias",
@@ -93,7 +102,6 @@ __all__ = [
     "TrainingDiverged",
     "TransformerConfig",
     "alibi_slopes",
-    "attention",
     "beam_search",
     "build_model",
     "build_norm",
@@ -103,6 +111,7 @@ __all__ = [
     "combine_masks",
     "count_parameters",
     "decoder_mask",
+    "dot_product_attention",
     "entropy",
     "evaluate",
     "greedy_decode",

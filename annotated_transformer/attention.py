@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and multi-head attention (chapter 01).
+"""Scaled dot-product attention, multi-head attention and the key/value caches (chapter 01).
 
 Vaswani et al. 2017, §3.2.1, eq. (1):
 
@@ -10,21 +10,20 @@ Masks are boolean, True = "may attend" (see :mod:`annotated_transformer.masking`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .masking import combine_masks
+from .masking import causal_mask, combine_masks
 
-# A hook that rotates queries or keys by their absolute positions (RoPE): (x [B, H, T, d_k],
-# offset) -> rotated x, where the first of the T positions is ``offset``.
-RotaryHook = Callable[[Tensor, int], Tensor]
+if TYPE_CHECKING:  # chapter 03 builds it; attention (chapter 01) only reads it
+    from .positional import PositionState
 
 
-def attention(
+def dot_product_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -47,6 +46,9 @@ def attention(
     Returns:
         ``(output [..., T_q, d_v], weights [..., T_q, T_k])``. A query whose keys are all masked
         gets all-zero weights and a zero output, never NaN.
+
+    (Named after the paper's "Scaled Dot-Product Attention", §3.2.1, and not ``attention``, which
+    is the name of this module: ``annotated_transformer.attention`` must stay importable.)
     """
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # [..., T_q, T_k]
@@ -62,19 +64,6 @@ def attention(
     if dropout is not None:
         weights = dropout(weights)
     return weights @ value, weights  # [..., T_q, d_v], [..., T_q, T_k]
-
-
-def causal_mask_with_offset(query_len: int, key_len: int, device: torch.device) -> Tensor:
-    """Causal mask when the queries are the *last* ``query_len`` of ``key_len`` positions.
-
-    With a key/value cache holding ``key_len - query_len`` earlier positions, query ``i`` sits at
-    absolute position ``i + key_len - query_len`` and may attend to keys up to there.
-
-    Returns:
-        bool ``[query_len, key_len]``.
-    """
-    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=key_len - query_len)
 
 
 @dataclass
@@ -141,6 +130,44 @@ class KVCache:
             self.value = self.value.index_select(0, index)
 
 
+class LayerCache(NamedTuple):
+    """One layer's key/value caches: its self-attention's, and its cross-attention's (a decoder)."""
+
+    self_attention: KVCache
+    cross_attention: KVCache | None = None
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer key/value caches of a decoder, for incremental decoding."""
+
+    self_attention: list[KVCache]
+    cross_attention: list[KVCache] = field(default_factory=list)
+    key_mask: Tensor | None = None  # [B, 1, 1, T_cache]: which cached positions are not padding
+
+    @property
+    def length(self) -> int:
+        """Number of positions decoded so far (the offset of the next position)."""
+        return len(self.self_attention[0]) if self.self_attention else 0
+
+    def layer(self, index: int) -> LayerCache:
+        """The caches of layer ``index``."""
+        cross = self.cross_attention[index] if self.cross_attention else None
+        return LayerCache(self.self_attention[index], cross)
+
+    def extend_key_mask(self, new: Tensor) -> Tensor:
+        """Append ``new`` ``[B, 1, 1, T_new]`` and return the mask over all cached keys."""
+        self.key_mask = new if self.key_mask is None else torch.cat([self.key_mask, new], dim=-1)
+        return self.key_mask
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` in every cache (beam search)."""
+        for cache in [*self.self_attention, *self.cross_attention]:
+            cache.reorder(index)
+        if self.key_mask is not None:
+            self.key_mask = self.key_mask.index_select(0, index)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, Vaswani et al. 2017 §3.2.2.
 
@@ -152,8 +179,9 @@ class MultiHeadAttention(nn.Module):
     so that self-attention projects in one matrix multiply.
 
     Two paths compute the same thing: the efficient one calls ``F.scaled_dot_product_attention``
-    (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls :func:`attention` and
-    is taken when the weights are requested (``need_weights=True``) or ``use_sdpa`` is False.
+    (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls
+    :func:`dot_product_attention` and is taken when the weights are requested
+    (``need_weights=True``) or ``use_sdpa`` is False.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
@@ -203,8 +231,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         *,
         is_causal: bool = False,
-        position_bias: Tensor | None = None,
-        rotary: RotaryHook | None = None,
+        positions: PositionState | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
@@ -216,8 +243,9 @@ class MultiHeadAttention(nn.Module):
             mask: bool, True = may attend, broadcastable to ``[B, H, T_q, T_k]``.
             is_causal: add the causal mask (offset by the cache length when a cache is used);
                 without other masks or biases this takes the fused causal kernel.
-            position_bias: float ``[1 or B, H, T_q, T_k]`` added to the logits (relative, ALiBi).
-            rotary: rotates queries and keys by position (RoPE) before the dot product.
+            positions: self-attention's position state (rope's rotation, a relative or ALiBi
+                logit bias ``[1 or B, H, T_q, T_k]``), from
+                :meth:`~annotated_transformer.positional.PositionalEncoding.position_state`.
             cache: for incremental decoding; see :class:`KVCache`.
             need_weights: return the attention weights (takes the explicit path).
 
@@ -231,17 +259,22 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.key, cache.value
         else:
             q, k, v = self.project(query, key_value)  # [B, H, T, d_k] each
-            offset = 0 if cache is None or cross else len(cache)
-            if rotary is not None:
-                q, k = rotary(q, offset), rotary(k, offset)
+            if positions is not None:
+                if cache is not None and positions.offset != len(cache):
+                    raise ValueError(
+                        f"positions start at offset {positions.offset} but the cache holds "
+                        f"{len(cache)} positions; build them with offset=len(cache)"
+                    )
+                q, k = positions.rotate(q), positions.rotate(k)
             if cache is not None:
                 k, v = cache.append(k, v)  # [B, H, T_cache + T_q, d_k]
+        position_bias = None if positions is None else positions.bias
         query_len, key_len = q.size(-2), k.size(-2)
 
         explicit = need_weights or not self.use_sdpa
         if query_len == 1:
             # One query, the last position (cached decoding): it may see every key, so causality
-            # needs no mask at all (causal_mask_with_offset(1, T_k) would be all True).
+            # needs no mask at all (causal_mask(1, T_k) would be all True).
             is_causal = False
         # Only the fused kernel can apply causality without a mask tensor; the explicit path needs one.
         causal_only = (
@@ -252,10 +285,10 @@ class MultiHeadAttention(nn.Module):
             and query_len == key_len
         )
         if is_causal and not causal_only:
-            mask = combine_masks(mask, causal_mask_with_offset(query_len, key_len, q.device))
+            mask = combine_masks(mask, causal_mask(query_len, key_len, device=q.device))
 
         if explicit:
-            output, weights = attention(q, k, v, mask, self.dropout, bias=position_bias)
+            output, weights = dot_product_attention(q, k, v, mask, self.dropout, bias=position_bias)
         else:
             output, weights = self._sdpa(q, k, v, mask, position_bias, causal_only), None
         return self.out(self._merge_heads(output)), weights

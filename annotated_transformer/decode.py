@@ -169,17 +169,11 @@ def greedy_decode(
     window: Window = "max_len",
 ) -> Tensor:
     """Take the most probable token at every step. Returns ``[B, T_0 + n]``."""
-    return _generate(
-        model,
-        lambda logits: logits.argmax(-1),
-        src,
-        prompt,
-        max_new_tokens,
-        bos_id,
-        eos_id,
-        use_cache,
-        window,
-    )
+
+    def choose(logits: Tensor) -> Tensor:
+        return logits.argmax(-1)  # [B]
+
+    return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache, window)
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -382,17 +376,14 @@ def exhaustive_best(
     start = _start(model, src, prompt, bos_id)
     if start.size(0) != 1:
         raise ValueError("exhaustive_best takes one input (batch size 1)")
-    step_model = model.eval()
+    model.eval()
     best: tuple[float, list[int]] = (-math.inf, [])
+    with torch.no_grad():
+        step = _Stepper(model, src, use_cache=False, window=None)  # the whole prefix every time
 
     def log_probs(prefix: list[int]) -> Tensor:
         sequence = torch.cat([start, start.new_tensor([prefix])], dim=1) if prefix else start
-        if isinstance(step_model, EncoderDecoderTransformer):
-            memory = step_model.encode(src)
-            logits = step_model.decode(sequence, memory, step_model.source_mask(src))
-        else:
-            logits = step_model(sequence)
-        return logits[0, -1].float().log_softmax(-1)
+        return step(sequence)[0].float().log_softmax(-1)  # [V]
 
     def visit(prefix: list[int], total: float) -> None:
         nonlocal best

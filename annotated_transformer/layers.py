@@ -14,13 +14,15 @@ choice, and both are tested against ``torch.nn.TransformerEncoderLayer(norm_firs
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MultiHeadAttention, RotaryHook
+from .attention import LayerCache, MultiHeadAttention
 from .config import TransformerConfig
 from .norms import build_norm
+from .positional import PositionState
 
 
 class FeedForward(nn.Module):
@@ -74,6 +76,13 @@ class Residual(nn.Module):
         return self.norm(skip + self.dropout(sublayer(x)))
 
 
+class LayerWeights(NamedTuple):
+    """One layer's attention weights, each ``[B, H, T_q, T_k]`` or None (``need_weights=False``)."""
+
+    self_attention: Tensor | None
+    cross_attention: Tensor | None = None  # a decoder layer's, over the encoder output
+
+
 def recording(
     attention: MultiHeadAttention, weights: list[Tensor | None], *args, **kwargs
 ) -> Callable[[Tensor], Tensor]:
@@ -89,6 +98,20 @@ def recording(
         return output
 
     return sublayer
+
+
+# Both layers take the same arguments, so that a stack calls every layer alike:
+#
+#     x, weights = layer(x, mask, memory=..., memory_mask=..., is_causal=..., positions=...,
+#                        cache=..., need_weights=...)
+#
+# x:           [B, T, d_model], the new positions only when a cache is given.
+# mask:        bool, broadcastable to [B, H, T, T_keys]: self-attention's padding (causality comes
+#              from is_causal); with a cache, over every key the cache holds and the new ones.
+# memory:      [B, S, d_model], the encoder output (decoder layers only; required there).
+# memory_mask: bool, broadcastable to [B, H, T, S] (source padding).
+# positions:   the stack's PositionState (rope's angles, the relative/alibi bias), or None.
+# cache:       a LayerCache for incremental decoding, or None.
 
 
 class EncoderLayer(nn.Module):
@@ -113,27 +136,32 @@ class EncoderLayer(nn.Module):
         x: Tensor,
         mask: Tensor | None = None,
         *,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
         is_causal: bool = False,
-        position_bias: Tensor | None = None,
-        rotary: RotaryHook | None = None,
-        cache: KVCache | None = None,
+        positions: PositionState | None = None,
+        cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``x``: ``[B, T, d_model]``. Returns ``(x [B, T, d_model], weights [B, H, T, T] or None)``."""
+    ) -> tuple[Tensor, LayerWeights]:
+        """``x``: ``[B, T, d_model]``. Returns ``(x [B, T, d_model], LayerWeights)``.
+
+        ``memory`` and ``memory_mask`` must be None: an encoder layer has no cross-attention.
+        """
+        if memory is not None or memory_mask is not None:
+            raise ValueError("an EncoderLayer has no cross-attention: memory must be None")
         weights: list[Tensor | None] = []
         self_attend = recording(
             self.self_attention,
             weights,
             mask=mask,
             is_causal=is_causal,
-            position_bias=position_bias,
-            rotary=rotary,
-            cache=cache,
+            positions=positions,
+            cache=None if cache is None else cache.self_attention,
             need_weights=need_weights,
         )
         x = self.attention_block(x, self_attend)
         x = self.feed_forward_block(x, self.feed_forward)
-        return x, weights[0]
+        return x, LayerWeights(weights[0])
 
 
 class DecoderLayer(nn.Module):
@@ -154,38 +182,30 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
-        self_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None,
+        mask: Tensor | None = None,
         *,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
         is_causal: bool = True,
-        position_bias: Tensor | None = None,
-        rotary: RotaryHook | None = None,
-        self_cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
+        positions: PositionState | None = None,
+        cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, tuple[Tensor | None, Tensor | None]]:
-        """Decode one layer.
-
-        Args:
-            x: ``[B, T, d_model]`` target-side states.
-            memory: ``[B, S, d_model]`` encoder output.
-            self_mask: bool, broadcastable to ``[B, H, T, T]`` (padding; causality via is_causal).
-            memory_mask: bool, broadcastable to ``[B, H, T, S]`` (source padding).
+    ) -> tuple[Tensor, LayerWeights]:
+        """Decode one layer: ``x`` ``[B, T, d_model]`` attends to itself, then to ``memory``.
 
         Returns:
-            ``(x [B, T, d_model], (self weights [B, H, T, T], cross weights [B, H, T, S]))``, the
-            weights None unless ``need_weights``.
+            ``(x [B, T, d_model], LayerWeights(self [B, H, T, T_keys], cross [B, H, T, S]))``.
         """
+        if memory is None:
+            raise ValueError("a DecoderLayer needs memory, the encoder output [B, S, d_model]")
         weights: list[Tensor | None] = []
         self_attend = recording(
             self.self_attention,
             weights,
-            mask=self_mask,
+            mask=mask,
             is_causal=is_causal,
-            position_bias=position_bias,
-            rotary=rotary,
-            cache=self_cache,
+            positions=positions,
+            cache=None if cache is None else cache.self_attention,
             need_weights=need_weights,
         )
         cross_attend = recording(
@@ -193,10 +213,10 @@ class DecoderLayer(nn.Module):
             weights,
             memory,
             memory_mask,
-            cache=cross_cache,
+            cache=None if cache is None else cache.cross_attention,
             need_weights=need_weights,
         )
         x = self.self_attention_block(x, self_attend)
         x = self.cross_attention_block(x, cross_attend)
         x = self.feed_forward_block(x, self.feed_forward)
-        return x, (weights[0], weights[1])
+        return x, LayerWeights(weights[0], weights[1])

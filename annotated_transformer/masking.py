@@ -14,15 +14,29 @@ import torch
 from torch import Tensor
 
 
-def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """Lower-triangular mask: position ``i`` may attend to positions ``j <= i``.
+def causal_mask(
+    query_len: int, key_len: int | None = None, *, device: torch.device | str | None = None
+) -> Tensor:
+    """Lower-triangular mask: each query may attend to its own position and the ones before it.
+
+    With ``key_len = query_len`` (the default) query ``i`` sees keys ``j <= i``. With a key/value
+    cache holding ``key_len - query_len`` earlier positions, the queries are the *last*
+    ``query_len`` of ``key_len`` positions: query ``i`` sits at ``i + key_len - query_len`` and
+    sees every key up to there (the square mask's last ``query_len`` rows).
 
     Returns:
-        bool tensor ``[size, size]``, True on and below the diagonal.
+        bool tensor ``[query_len, key_len]``, True on and below the (shifted) diagonal.
     """
-    if size < 0:
-        raise ValueError(f"causal_mask: size must be >= 0, got {size}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    key_len = query_len if key_len is None else key_len
+    if query_len < 0:
+        raise ValueError(f"causal_mask: query_len must be >= 0, got {query_len}")
+    if key_len < query_len:
+        raise ValueError(
+            f"causal_mask: key_len={key_len} < query_len={query_len}; the queries are the last "
+            f"query_len of key_len positions, so there must be at least as many keys"
+        )
+    ones = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=key_len - query_len)  # [T_q, T_k]
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

@@ -12,12 +12,11 @@ Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``V`` vocabulary,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import DecoderCache, KVCache
 from .config import TransformerConfig
 from .layers import DecoderLayer, EncoderLayer
 from .masking import padding_mask
@@ -44,37 +43,12 @@ class TokenEmbedding(nn.Module):
         return self.embedding(tokens) * self.scale
 
 
-@dataclass
-class DecoderCache:
-    """Per-layer key/value caches of a decoder, for incremental decoding."""
-
-    self_attention: list[KVCache]
-    cross_attention: list[KVCache] = field(default_factory=list)
-    key_mask: Tensor | None = None  # [B, 1, 1, T_cache]: which cached positions are not padding
-
-    @property
-    def length(self) -> int:
-        """Number of positions decoded so far (the offset of the next position)."""
-        return len(self.self_attention[0]) if self.self_attention else 0
-
-    def extend_key_mask(self, new: Tensor) -> Tensor:
-        """Append ``new`` ``[B, 1, 1, T_new]`` and return the mask over all cached keys."""
-        self.key_mask = new if self.key_mask is None else torch.cat([self.key_mask, new], dim=-1)
-        return self.key_mask
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every cache (beam search)."""
-        for cache in [*self.self_attention, *self.cross_attention]:
-            cache.reorder(index)
-        if self.key_mask is not None:
-            self.key_mask = self.key_mask.index_select(0, index)
-
-
 class Stack(nn.Module):
     """Positions, then ``n_layers`` layers, then (pre-norm) a final norm.
 
     ``cross=False`` stacks :class:`EncoderLayer` (the encoder, or a decoder-only model when called
-    with ``is_causal=True``); ``cross=True`` stacks :class:`DecoderLayer`.
+    with ``is_causal=True``); ``cross=True`` stacks :class:`DecoderLayer`. Both take the same
+    arguments, so the stack calls each layer alike.
     """
 
     def __init__(self, config: TransformerConfig, n_layers: int, cross: bool) -> None:
@@ -118,47 +92,33 @@ class Stack(nn.Module):
             cache: key/value caches; ``x`` holds only the new positions.
 
         Returns:
-            ``(x [B, T, d_model], self-attention weights per layer, cross weights per layer)``.
+            ``(x [B, T, d_model], self-attention weights per layer, cross weights per layer)``
+            (the cross weights are None for a stack without cross-attention).
         """
         offset = 0 if cache is None else cache.length
-        length = x.size(1)
         x = self.dropout(self.positional.add_absolute(x, offset))  # [B, T, d_model]
         if cache is not None and mask is not None:
             # Only now, after the positions (which refuse an input past max_len): a refused call
             # must leave the cache as it was.
             mask = cache.extend_key_mask(mask)  # [B, 1, 1, T_cache + T]
-        bias = self.positional.attention_bias(length, offset + length, offset)  # [1, H, T, T_k]
-        rotary = self.positional.rotary
+        positions = self.positional.position_state(
+            x.size(1), offset, device=x.device, dtype=x.dtype
+        )
         self_weights: list[Tensor | None] = []
         cross_weights: list[Tensor | None] = []
         for index, layer in enumerate(self.layers):
-            self_cache = cache.self_attention[index] if cache is not None else None
-            if isinstance(layer, DecoderLayer):
-                cross_cache = cache.cross_attention[index] if cache is not None else None
-                x, (self_w, cross_w) = layer(
-                    x,
-                    memory,
-                    mask,
-                    memory_mask,
-                    is_causal=is_causal,
-                    position_bias=bias,
-                    rotary=rotary,
-                    self_cache=self_cache,
-                    cross_cache=cross_cache,
-                    need_weights=need_weights,
-                )
-                cross_weights.append(cross_w)
-            else:
-                x, self_w = layer(
-                    x,
-                    mask,
-                    is_causal=is_causal,
-                    position_bias=bias,
-                    rotary=rotary,
-                    cache=self_cache,
-                    need_weights=need_weights,
-                )
-            self_weights.append(self_w)
+            x, weights = layer(
+                x,
+                mask,
+                memory=memory,
+                memory_mask=memory_mask,
+                is_causal=is_causal,
+                positions=positions,
+                cache=None if cache is None else cache.layer(index),
+                need_weights=need_weights,
+            )
+            self_weights.append(weights.self_attention)
+            cross_weights.append(weights.cross_attention)
         return self.final_norm(x), self_weights, cross_weights
 
 

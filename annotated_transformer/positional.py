@@ -15,6 +15,7 @@ tell "dog bites man" from "man bites dog". Three families put order back in:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -190,21 +191,65 @@ class RotaryEmbedding(nn.Module):
         self.d_k = d_k
         self.base = base
 
+    def angles(
+        self, length: int, offset: int = 0, *, device=None, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)`` of the angles ``pos · θ_i`` of positions ``offset .. offset + length - 1``.
+
+        Computed here rather than kept in a buffer that a ``model.half()`` would round: at position
+        4000 a bf16 angle is off by ~16. The angles take ``dtype`` promoted to at least float32
+        (float64 for a float64 model); :func:`apply_rotary` casts them to the rotated tensor's.
+
+        Returns:
+            two ``[length, d_k / 2]`` tensors.
+        """
+        dtype = torch.promote_types(dtype, torch.float32)
+        exponents = torch.arange(0, self.d_k, 2, device=device, dtype=dtype) / self.d_k
+        inverse_frequency = self.base**-exponents  # [d_k / 2]
+        positions = torch.arange(offset, offset + length, device=device, dtype=dtype)  # [T]
+        angle = positions[:, None] * inverse_frequency[None, :]  # [T, d_k / 2]
+        return angle.cos(), angle.sin()
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """``x``: ``[B, H, T, d_k]`` at positions ``offset .. offset + T - 1``; returns the same shape."""
-        # Angles in float32 at least (float64 for float64 inputs), computed here rather than kept
-        # in a buffer that a model.half() would round: at position 4000 a bf16 angle is off by ~16.
-        angle_dtype = torch.promote_types(x.dtype, torch.float32)
-        exponents = torch.arange(0, self.d_k, 2, device=x.device, dtype=angle_dtype) / self.d_k
-        inverse_frequency = self.base**-exponents  # [d_k / 2]
-        length = x.size(-2)
-        positions = torch.arange(offset, offset + length, device=x.device, dtype=angle_dtype)
-        angle = positions[:, None] * inverse_frequency[None, :]  # [T, d_k / 2]
-        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-        pairs = x.unflatten(-1, (-1, 2))  # [B, H, T, d_k / 2, 2]
-        even, odd = pairs[..., 0], pairs[..., 1]
-        rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-        return rotated.flatten(-2)  # [B, H, T, d_k]
+        cos, sin = self.angles(x.size(-2), offset, device=x.device, dtype=x.dtype)
+        return apply_rotary(x, cos, sin)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each adjacent pair ``(x_2i, x_2i+1)`` of ``x`` ``[..., T, d_k]`` by its angle.
+
+    ``cos``, ``sin``: ``[T, d_k / 2]`` from :meth:`RotaryEmbedding.angles`, cast to ``x``'s dtype.
+    """
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    pairs = x.unflatten(-1, (-1, 2))  # [..., T, d_k / 2, 2]
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)  # [..., T, d_k]
+
+
+@dataclass(frozen=True)
+class PositionState:
+    """What self-attention needs to know about the positions of one forward pass.
+
+    Computed once per call of a stack (:meth:`PositionalEncoding.position_state`) and handed to
+    every layer, as Hugging Face's Llama hands its ``position_embeddings`` down: the relative or
+    ALiBi logit bias and the rotary angles are then built once, not once per layer.
+
+    Attributes:
+        offset: absolute position of the first query (the length of a key/value cache).
+        bias: float ``[1, H, T_q, T_k]`` added to the logits (relative, alibi), or None.
+        cos, sin: ``[T_q, d_k / 2]`` rotary angles of the queries' positions (rope), or None.
+    """
+
+    offset: int = 0
+    bias: Tensor | None = None
+    cos: Tensor | None = None
+    sin: Tensor | None = None
+
+    def rotate(self, x: Tensor) -> Tensor:
+        """Queries or keys ``[B, H, T_q, d_k]`` rotated by their positions (unchanged without rope)."""
+        return x if self.cos is None else apply_rotary(x, self.cos, self.sin)
 
 
 class PositionalEncoding(nn.Module):
@@ -213,6 +258,9 @@ class PositionalEncoding(nn.Module):
     - :meth:`add_absolute`: what to add to the token embeddings (sinusoidal, learned);
     - :meth:`attention_bias`: what to add to self-attention logits (relative, alibi);
     - :attr:`rotary`: how to rotate queries and keys (rope).
+
+    :meth:`position_state` answers the last two for one forward pass, as one
+    :class:`PositionState` that the stack hands to each of its layers.
     """
 
     def __init__(
@@ -250,3 +298,17 @@ class PositionalEncoding(nn.Module):
     def attention_bias(self, query_len: int, key_len: int, offset: int = 0) -> Tensor | None:
         """``[1, H, T_q, T_k]`` logit bias for self-attention, or None."""
         return None if self.bias is None else self.bias(query_len, key_len, offset)
+
+    def position_state(
+        self, length: int, offset: int = 0, *, device=None, dtype: torch.dtype = torch.float32
+    ) -> PositionState:
+        """The bias and the rotary angles of ``length`` new positions from ``offset`` on, at once.
+
+        Self-attention's keys are positions ``0 .. offset + length - 1`` (a cache holds the first
+        ``offset``). ``dtype``: the stream's, for the rotary angles (at least float32).
+        """
+        cos = sin = None
+        if self.rotary is not None:
+            cos, sin = self.rotary.angles(length, offset, device=device, dtype=dtype)
+        bias = self.attention_bias(length, offset + length, offset)  # [1, H, T_q, T_k] or None
+        return PositionState(offset, bias, cos, sin)

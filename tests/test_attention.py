@@ -4,19 +4,23 @@ Everything runs in float64 so that two implementations of the same formula agree
 looser tolerance would hide a wrong scale or a mask applied one position off.
 """
 
+import pkgutil
+import types
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import annotated_transformer as at
-from annotated_transformer.attention import KVCache, MultiHeadAttention, attention
+from annotated_transformer.attention import KVCache, MultiHeadAttention, dot_product_attention
 from annotated_transformer.masking import (
     causal_mask,
     combine_masks,
     padding_mask,
     to_torch_blocked,
 )
+from annotated_transformer.positional import PositionState
 
 DTYPE = torch.float64
 TIGHT = {"rtol": 1e-10, "atol": 1e-12}
@@ -74,7 +78,7 @@ def full_causal(mha: MultiHeadAttention, x: torch.Tensor, **options) -> torch.Te
 
 
 # ---------------------------------------------------------------------------------------------
-# attention() against F.scaled_dot_product_attention
+# dot_product_attention() against F.scaled_dot_product_attention
 
 BATCH, T_Q, T_K = 2, 5, 7
 
@@ -99,7 +103,7 @@ def test_attention_matches_torch_sdpa(mask_name, with_bias):
     mask = masks_for_sdpa_comparison()[mask_name]
     bias = randn(1, N_HEADS, T_Q, T_K) if with_bias else None
 
-    output, weights = attention(query, key, value, mask, bias=bias)
+    output, weights = dot_product_attention(query, key, value, mask, bias=bias)
     expected = F.scaled_dot_product_attention(
         query, key, value, attn_mask=sdpa_float_mask(mask, bias)
     )
@@ -110,7 +114,7 @@ def test_attention_matches_torch_sdpa(mask_name, with_bias):
 def test_attention_with_causal_mask_matches_torch_sdpa_is_causal():
     torch.manual_seed(0)
     query, key, value = randn(2, 3, 6, D_K), randn(2, 3, 6, D_K), randn(2, 3, 6, D_K)
-    output, _ = attention(query, key, value, causal_mask(6))
+    output, _ = dot_product_attention(query, key, value, causal_mask(6))
     expected = F.scaled_dot_product_attention(query, key, value, is_causal=True)
     torch.testing.assert_close(output, expected, **TIGHT)
 
@@ -121,7 +125,7 @@ def test_attention_weights_rows_sum_to_one_and_are_zero_where_masked():
     mask = torch.rand(2, 3, 6, 8) < 0.5
     mask[0, 0, 2] = False  # one query row with no visible key at all
     mask[1, 2, 4] = True  # and one that sees everything
-    _, weights = attention(query, key, value, mask, bias=randn(1, 3, 6, 8))
+    _, weights = dot_product_attention(query, key, value, mask, bias=randn(1, 3, 6, 8))
 
     assert torch.all(weights[~mask] == 0.0)
     assert torch.all(weights[mask] > 0.0)
@@ -136,7 +140,7 @@ def test_attention_weights_rows_sum_to_one_and_are_zero_where_masked():
 def test_attention_weights_without_mask_equal_softmax_of_scaled_scores():
     torch.manual_seed(0)
     query, key, value = randn(2, 5, D_K), randn(2, 4, D_K), randn(2, 4, D_K)
-    _, weights = attention(query, key, value)
+    _, weights = dot_product_attention(query, key, value)
     expected = torch.softmax(query @ key.transpose(-2, -1) / D_K**0.5, dim=-1)
     torch.testing.assert_close(weights, expected, **TIGHT)
 
@@ -150,7 +154,7 @@ def test_attention_fully_masked_query_row_gives_zero_output_and_finite_gradients
     mask = causal_mask(4).clone()
     mask[1] = False  # query 1 may attend to nothing
 
-    output, weights = attention(query, key, value, mask, bias=bias)
+    output, weights = dot_product_attention(query, key, value, mask, bias=bias)
     assert torch.isfinite(output).all() and torch.isfinite(weights).all()
     assert torch.all(output[..., 1, :] == 0.0)
     assert torch.all(weights[..., 1, :] == 0.0)
@@ -172,7 +176,7 @@ def test_attention_passes_gradcheck_in_float64_with_mask_and_bias():
     mask[1, 0, 2] = False  # a fully masked row is part of the contract too
 
     def function(query, key, value, bias):
-        return attention(query, key, value, mask, bias=bias)
+        return dot_product_attention(query, key, value, mask, bias=bias)
 
     assert torch.autograd.gradcheck(function, (query, key, value, bias))
 
@@ -181,8 +185,8 @@ def test_attention_dropout_acts_on_the_weights():
     torch.manual_seed(0)
     query, key, value = randn(2, 6, D_K), randn(2, 6, D_K), randn(2, 6, D_K)
     dropout = nn.Dropout(0.5).train()
-    dropped_output, dropped = attention(query, key, value, dropout=dropout)
-    _, clean = attention(query, key, value)
+    dropped_output, dropped = dot_product_attention(query, key, value, dropout=dropout)
+    _, clean = dot_product_attention(query, key, value)
 
     kept = dropped != 0
     assert 0 < kept.sum() < kept.numel()
@@ -327,7 +331,7 @@ def test_fully_masked_query_row_through_multihead_attention_is_finite(use_sdpa, 
     mask[0, 0, 3] = False  # batch 0, query 3 sees nothing
     position_bias = randn(1, N_HEADS, 5, 5) if with_position_bias else None
 
-    output, _ = mha(x, mask=mask, position_bias=position_bias)
+    output, _ = mha(x, mask=mask, positions=PositionState(bias=position_bias))
     assert torch.isfinite(output).all()
     # Zero attention output: what is left is W^O·0 + b^O.
     torch.testing.assert_close(output[0, 3], mha.out.bias.detach(), **TIGHT)
@@ -372,7 +376,7 @@ def test_efficient_and_explicit_paths_agree(mask_kind, is_causal, bias_kind):
         "random_per_batch": randn(2, N_HEADS, 6, 6),
     }[bias_kind]
 
-    options = {"mask": mask, "is_causal": is_causal, "position_bias": position_bias}
+    options = {"mask": mask, "is_causal": is_causal, "positions": PositionState(bias=position_bias)}
     efficient, explicit = path_outputs(mha, x, **options)
     torch.testing.assert_close(efficient, explicit, **TIGHT)
     with_weights, _ = mha(x, need_weights=True, **options)
@@ -445,21 +449,20 @@ def test_kv_cache_one_position_at_a_time_equals_full_causal_attention(use_sdpa, 
     mha.use_sdpa = use_sdpa
     length = 8
     x = randn(2, length, D_MODEL)
-    rotary = at.RotaryEmbedding(D_K) if positional == "rope" else None
-    alibi = at.ALiBi(N_HEADS) if positional == "alibi" else None
+    encoding = at.PositionalEncoding(positional, d_model=D_MODEL, n_heads=N_HEADS, max_len=16)
+    encoding = encoding.to(DTYPE)
 
-    def bias(query_len: int, key_len: int, offset: int) -> torch.Tensor | None:
-        return None if alibi is None else alibi(query_len, key_len, offset).to(DTYPE)
+    def positions(length: int, offset: int) -> at.PositionState:
+        return encoding.position_state(length, offset, dtype=DTYPE)
 
-    expected = full_causal(mha, x, rotary=rotary, position_bias=bias(length, length, 0))
+    expected = full_causal(mha, x, positions=positions(length, 0))
     cache = KVCache()
     steps = []
     for position in range(length):
         output, _ = mha(
             x[:, position : position + 1],
             is_causal=True,
-            rotary=rotary,
-            position_bias=bias(1, position + 1, position),
+            positions=positions(1, position),
             cache=cache,
         )
         steps.append(output)
@@ -474,15 +477,31 @@ def test_kv_cache_chunked_prefill_equals_full_causal_attention(use_sdpa, with_ro
     mha = make_mha()
     mha.use_sdpa = use_sdpa
     x = randn(2, 10, D_MODEL)
-    rotary = at.RotaryEmbedding(D_K) if with_rotary else None
-    expected = full_causal(mha, x, rotary=rotary)
+    encoding = at.PositionalEncoding(
+        "rope" if with_rotary else "none", d_model=D_MODEL, n_heads=N_HEADS, max_len=16
+    )
+    expected = full_causal(mha, x, positions=encoding.position_state(10, dtype=DTYPE))
 
     cache, pieces, start = KVCache(), [], 0
     for chunk in (4, 2, 1, 3):  # several positions at once into a non-empty cache
-        output, _ = mha(x[:, start : start + chunk], is_causal=True, rotary=rotary, cache=cache)
+        positions = encoding.position_state(chunk, start, dtype=DTYPE)
+        output, _ = mha(
+            x[:, start : start + chunk], is_causal=True, positions=positions, cache=cache
+        )
         pieces.append(output)
         start += chunk
     torch.testing.assert_close(torch.cat(pieces, dim=1), expected, **TIGHT)
+
+
+def test_positions_that_do_not_start_at_the_cache_length_are_refused():
+    mha = make_mha()
+    encoding = at.PositionalEncoding("rope", d_model=D_MODEL, n_heads=N_HEADS, max_len=16)
+    x = randn(1, 5, D_MODEL)
+    cache = KVCache()
+    mha(x[:, :3], is_causal=True, positions=encoding.position_state(3), cache=cache)
+    with pytest.raises(ValueError, match="positions start at offset 0 but the cache holds 3"):
+        mha(x[:, 3:], is_causal=True, positions=encoding.position_state(2), cache=cache)
+    assert len(cache) == 3  # the refused call added nothing
 
 
 def test_kv_cache_without_is_causal_lets_a_chunk_see_its_later_positions():
@@ -568,3 +587,21 @@ def test_decoding_after_kv_cache_reorder_equals_decoding_the_reordered_batch():
     ]
     expected = full_causal(mha, reordered)[:, 3:]
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TIGHT)
+
+
+# ---------------------------------------------------------------------------------------------
+# The module's name is not hidden by a function of the same name
+
+
+def test_the_attention_module_is_importable_by_its_name():
+    """``annotated_transformer.attention`` is the module (it was once shadowed by a function
+    exported under that name, which broke ``at.attention.MultiHeadAttention``)."""
+    import annotated_transformer.attention as module
+
+    assert isinstance(module, types.ModuleType)
+    assert module.MultiHeadAttention is at.MultiHeadAttention
+    assert at.attention is module
+    assert module.dot_product_attention is at.dot_product_attention
+    # No name the package exports is also the name of one of its modules.
+    modules = {info.name for info in pkgutil.iter_modules(at.__path__)}
+    assert modules & set(at.__all__) == set()

@@ -1,6 +1,8 @@
 """The benchmark suite (benchmarks/run.py) runs end to end in its smoke mode and writes the
-documented JSON. No timing is asserted: the numbers of a smoke run mean nothing."""
+documented JSON; its CUDA-only rows run on a CPU too. No timing is asserted: the numbers of a
+smoke run mean nothing."""
 
+import importlib
 import importlib.util
 import json
 import math
@@ -20,6 +22,12 @@ def load_suite():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def suite_module(name: str):
+    """``benchmarks.<name>``: importable once run.py has put the checkout on sys.path."""
+    load_suite()
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def test_smoke_run_writes_the_documented_json(tmp_path):
@@ -44,7 +52,7 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
             assert isinstance(item[key], (int, float)) and math.isfinite(item[key])
             assert item[key] > 0
         # ratio > 1 means we are better: ours / reference for a rate, the inverse for a cost.
-        if item["unit"] in suite.LOWER_IS_BETTER:
+        if item["unit"] in suite_module("measure").LOWER_IS_BETTER:
             expected = item["reference"] / item["ours"]
         else:
             expected = item["ours"] / item["reference"]
@@ -70,3 +78,34 @@ def test_readme_table_is_the_stored_json():
     document = json.loads((folder / "results" / "cpu-quick.json").read_text())
     assert block == suite.markdown_table(document)
     assert document["device_type"] == "cpu" and document["mode"] == "quick"
+
+
+def test_cuda_only_rows_run_on_a_cpu(monkeypatch):
+    """What only a CUDA run calls (bf16 autocast, torch.compile, the explicit-attention switch,
+    MFU) runs here on a CPU at the smoke sizes, so that a broken name or shape shows without a
+    GPU. ``torch.compile`` traces with the eager backend (seconds, no C++ compiler)."""
+    measure, models = suite_module("measure"), suite_module("models")
+    plan = models.make_plan("smoke", cuda=True)
+    # A known accelerator's name, so that the MFU row is computed too.
+    monkeypatch.setattr(measure, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    rows = measure.bench_cuda(plan, torch.device("cpu"), lambda *_: None, compile_backend="eager")
+
+    names = [item["name"] for item in rows]
+    for expected in ("bf16 autocast vs fp32", "torch.compile vs eager", "SDPA vs explicit"):
+        assert sum(name.startswith(expected) for name in names) == 1, names
+    utilisation = next(item for item in rows if item["name"].startswith("model FLOPs utilisation"))
+    assert utilisation["unit"] == "fraction of peak"
+    for item in rows:
+        for key in ("ours", "reference", "ratio"):
+            assert math.isfinite(item[key]) and item[key] > 0
+
+
+def test_set_sdpa_switches_every_attention_of_our_model():
+    measure, models = suite_module("measure"), suite_module("models")
+    model = models.our_decoder_only(models.make_plan("smoke", cuda=False).decode_size)
+    attentions = [m for m in model.modules() if type(m).__name__ == "MultiHeadAttention"]
+    assert attentions
+    measure.set_sdpa(model, False)
+    assert not any(attention.use_sdpa for attention in attentions)
+    measure.set_sdpa(model, True)
+    assert all(attention.use_sdpa for attention in attentions)

@@ -51,7 +51,7 @@ def counted_flops(function, *args):
 def test_attention_flops_match_torch_flop_counter():
     query, key = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8)
     value = torch.randn(2, 3, 7, 8)
-    measured = counted_flops(at.attention, query, key, value)
+    measured = counted_flops(at.dot_product_attention, query, key, value)
     assert measured == attention_flops(2, 3, 5, 7, 8) == 4 * 2 * 3 * 5 * 7 * 8
 
 

@@ -10,6 +10,7 @@ from annotated_transformer import (
     DecoderLayer,
     EncoderLayer,
     FeedForward,
+    LayerWeights,
     MultiHeadAttention,
     Residual,
     TransformerConfig,
@@ -117,7 +118,7 @@ def run_ours(layer: nn.Module, path: str, *args, **kwargs) -> torch.Tensor:
         use_explicit_attention(layer)
     output, weights = layer(*args, need_weights=path == "need_weights", **kwargs)
     if path == "need_weights":
-        assert weights is not None
+        assert weights.self_attention is not None
     return output
 
 
@@ -244,7 +245,9 @@ def test_decoder_layer_matches_torch_transformer_decoder_layer(norm_position, ma
         tgt_key_padding_mask=tgt_padding,
         memory_key_padding_mask=memory_padding,
     )
-    actual = run_ours(ours, path, x, memory, self_mask, memory_mask, is_causal=is_causal)
+    actual = run_ours(
+        ours, path, x, self_mask, memory=memory, memory_mask=memory_mask, is_causal=is_causal
+    )
     torch.testing.assert_close(actual, expected, **TOLERANCE)
 
 
@@ -254,7 +257,7 @@ def test_decoder_layer_attention_weights_are_causal_and_skip_padded_memory():
     x = inputs(9, BATCH, LENGTH, D_MODEL)
     memory = inputs(10, BATCH, MEMORY_LENGTH, D_MODEL)
     _, (self_weights, cross_weights) = ours(
-        x, memory, self_mask, memory_mask, is_causal=True, need_weights=True
+        x, self_mask, memory=memory, memory_mask=memory_mask, is_causal=True, need_weights=True
     )
     assert self_weights.shape == (BATCH, N_HEADS, LENGTH, LENGTH)
     assert cross_weights.shape == (BATCH, N_HEADS, LENGTH, MEMORY_LENGTH)
@@ -335,3 +338,41 @@ def test_residual_dropout_acts_on_the_sublayer_output_only_in_training():
     assert set(kept.unique().tolist()) == {0.0, 2.0}
     block.eval()
     torch.testing.assert_close(block(x, one_sublayer), x + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# One call signature for both layers
+
+
+def test_both_layers_take_one_call_signature():
+    """A stack calls every layer alike: the same keywords, a ``LayerWeights`` back."""
+    x = inputs(20, BATCH, LENGTH, D_MODEL)
+    memory = inputs(21, BATCH, MEMORY_LENGTH, D_MODEL)
+    for layer, given_memory in [
+        (EncoderLayer(layer_config("pre")), None),
+        (DecoderLayer(layer_config("pre")), memory),
+    ]:
+        layer = layer.double()
+        output, weights = layer(
+            x,
+            KEYS,
+            memory=given_memory,
+            memory_mask=None if given_memory is None else MEMORY_KEYS,
+            is_causal=True,
+            positions=None,
+            cache=None,
+            need_weights=True,
+        )
+        assert isinstance(weights, LayerWeights)
+        assert output.shape == x.shape
+        assert weights.self_attention.shape == (BATCH, N_HEADS, LENGTH, LENGTH)
+        has_cross = isinstance(layer, DecoderLayer)
+        assert (weights.cross_attention is not None) == has_cross
+
+
+def test_encoder_layer_refuses_memory_and_decoder_layer_needs_it():
+    x = inputs(22, BATCH, LENGTH, D_MODEL)
+    with pytest.raises(ValueError, match="an EncoderLayer has no cross-attention"):
+        EncoderLayer(layer_config("pre")).double()(x, memory=x)
+    with pytest.raises(ValueError, match="a DecoderLayer needs memory"):
+        DecoderLayer(layer_config("pre")).double()(x)

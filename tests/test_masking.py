@@ -49,8 +49,22 @@ def test_causal_mask_lets_each_position_see_itself_and_the_past_only():
 
 
 def test_causal_mask_rejects_negative_size():
-    with pytest.raises(ValueError, match="size must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="query_len must be >= 0, got -1"):
         causal_mask(-1)
+
+
+@pytest.mark.parametrize(("query_len", "key_len"), [(1, 1), (1, 6), (3, 7), (4, 4), (0, 3)])
+def test_causal_mask_with_a_cache_is_the_last_rows_of_the_square_mask_by_loops(query_len, key_len):
+    """Queries that are the last ``query_len`` of ``key_len`` positions (a KV cache holds the rest):
+    query ``i`` sits at ``i + key_len - query_len`` and sees the keys up to there."""
+    mask = causal_mask(query_len, key_len)
+    assert mask.shape == (query_len, key_len)
+    assert torch.equal(mask, causal_by_loops(key_len)[key_len - query_len :])
+
+
+def test_causal_mask_refuses_fewer_keys_than_queries():
+    with pytest.raises(ValueError, match="key_len=2 < query_len=3"):
+        causal_mask(3, 2)
 
 
 # ---------------------------------------------------------------------------------------------

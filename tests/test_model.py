@@ -734,3 +734,99 @@ def test_encoder_decoder_learns_to_reverse_digits():
     sequence_accuracy = (torch.cat(generated, dim=1) == target).all(dim=1).double().mean()
     assert teacher_forced > 0.98
     assert sequence_accuracy > 0.95
+
+
+# ---------------------------------------------------------------------------------------------
+# Stored checkpoints keep loading: the state-dict keys, as the code wrote them before the layers
+# shared one call signature (captured from commit d5cb428).
+
+ENCODER_DECODER_KEYS = [
+    "tgt_embedding.embedding.weight",
+    "src_embedding.embedding.weight",
+    "encoder.positional.bias.bias.weight",
+    "encoder.layers.0.self_attention.qkv.weight",
+    "encoder.layers.0.self_attention.qkv.bias",
+    "encoder.layers.0.self_attention.out.weight",
+    "encoder.layers.0.self_attention.out.bias",
+    "encoder.layers.0.feed_forward.linear1.weight",
+    "encoder.layers.0.feed_forward.linear1.bias",
+    "encoder.layers.0.feed_forward.linear2.weight",
+    "encoder.layers.0.feed_forward.linear2.bias",
+    "encoder.layers.0.attention_block.norm.weight",
+    "encoder.layers.0.attention_block.norm.bias",
+    "encoder.layers.0.feed_forward_block.norm.weight",
+    "encoder.layers.0.feed_forward_block.norm.bias",
+    "encoder.final_norm.weight",
+    "encoder.final_norm.bias",
+    "decoder.positional.bias.bias.weight",
+    "decoder.layers.0.self_attention.qkv.weight",
+    "decoder.layers.0.self_attention.qkv.bias",
+    "decoder.layers.0.self_attention.out.weight",
+    "decoder.layers.0.self_attention.out.bias",
+    "decoder.layers.0.cross_attention.qkv.weight",
+    "decoder.layers.0.cross_attention.qkv.bias",
+    "decoder.layers.0.cross_attention.out.weight",
+    "decoder.layers.0.cross_attention.out.bias",
+    "decoder.layers.0.feed_forward.linear1.weight",
+    "decoder.layers.0.feed_forward.linear1.bias",
+    "decoder.layers.0.feed_forward.linear2.weight",
+    "decoder.layers.0.feed_forward.linear2.bias",
+    "decoder.layers.0.self_attention_block.norm.weight",
+    "decoder.layers.0.self_attention_block.norm.bias",
+    "decoder.layers.0.cross_attention_block.norm.weight",
+    "decoder.layers.0.cross_attention_block.norm.bias",
+    "decoder.layers.0.feed_forward_block.norm.weight",
+    "decoder.layers.0.feed_forward_block.norm.bias",
+    "decoder.final_norm.weight",
+    "decoder.final_norm.bias",
+    "output_projection.weight",
+]
+DECODER_ONLY_KEYS = [
+    "embedding.embedding.weight",
+    "decoder.positional.absolute.embedding.weight",
+    "decoder.layers.0.self_attention.qkv.weight",
+    "decoder.layers.0.self_attention.qkv.bias",
+    "decoder.layers.0.self_attention.out.weight",
+    "decoder.layers.0.self_attention.out.bias",
+    "decoder.layers.0.feed_forward.linear1.weight",
+    "decoder.layers.0.feed_forward.linear1.bias",
+    "decoder.layers.0.feed_forward.linear2.weight",
+    "decoder.layers.0.feed_forward.linear2.bias",
+    "decoder.layers.0.attention_block.norm.weight",
+    "decoder.layers.0.attention_block.norm.bias",
+    "decoder.layers.0.feed_forward_block.norm.weight",
+    "decoder.layers.0.feed_forward_block.norm.bias",
+    "decoder.final_norm.weight",
+    "decoder.final_norm.bias",
+    "output_projection.weight",
+]
+
+
+@pytest.mark.parametrize(
+    ("arch", "positional", "expected"),
+    [
+        ("encoder-decoder", "relative", ENCODER_DECODER_KEYS),
+        ("decoder-only", "learned", DECODER_ONLY_KEYS),
+    ],
+)
+def test_state_dict_keys_are_those_stored_checkpoints_hold(arch, positional, expected):
+    config = make_config(arch, n_layers=1, positional=positional, norm_position="pre")
+    assert list(build_model(config).state_dict()) == expected
+
+
+@pytest.mark.parametrize("arch", ["decoder-only", "encoder-decoder"])
+def test_rotary_angles_are_computed_once_per_stack_call(arch, monkeypatch):
+    """The position state is built once per forward of a stack and shared by its layers."""
+    calls = []
+    angles = at.RotaryEmbedding.angles
+
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        return angles(self, *args, **kwargs)
+
+    monkeypatch.setattr(at.RotaryEmbedding, "angles", counting)
+    model = make_model(arch, positional="rope", n_layers=3)
+    tokens = random_tokens(2, 5, seed=20)
+    logits_of(model, tokens, tokens)
+    stacks = 2 if arch == "encoder-decoder" else 1
+    assert len(calls) == stacks

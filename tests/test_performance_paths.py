@@ -17,7 +17,6 @@ from annotated_transformer.model import build_model
 from annotated_transformer.train import TrainConfig, Trainer, TrainingDiverged, seed_everything
 
 VOCAB = 13
-# The module, not the function `at.attention` that shadows its name in the package.
 attention_module = importlib.import_module("annotated_transformer.attention")
 
 
@@ -58,7 +57,7 @@ def test_single_query_with_a_cache_builds_no_causal_mask(monkeypatch):
         calls.append(kwargs)
         return sdpa(*args, **kwargs)
 
-    monkeypatch.setattr(attention_module, "causal_mask_with_offset", refuse)
+    monkeypatch.setattr(attention_module, "causal_mask", refuse)
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
     last, _ = attention(x[:, 6:], is_causal=True, cache=cache)
     assert calls == [{"attn_mask": None, "dropout_p": 0.0, "is_causal": False}]

@@ -402,3 +402,25 @@ def test_rope_angles_survive_a_half_precision_cast():
     far = rotary(x.to(torch.bfloat16), offset=4000).float()
     exact = RotaryEmbedding(8)(x, offset=4000)
     torch.testing.assert_close(far, exact, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.parametrize("name", POSITIONAL_CHOICES)
+def test_position_state_holds_the_bias_and_the_rotation_of_its_positions(name):
+    """One object per forward: the bias ``attention_bias`` gives and the rotation ``rotary`` does,
+    for ``length`` new positions after ``offset`` cached ones."""
+    torch.manual_seed(0)
+    encoding = PositionalEncoding(name, d_model=8, n_heads=2, max_len=16)
+    with torch.no_grad():
+        for parameter in encoding.parameters():
+            parameter.normal_()
+    state = encoding.position_state(3, offset=4)
+    queries = torch.randn(2, 2, 3, 4)  # [B, H, T, d_k]
+
+    assert state.offset == 4
+    expected_bias = encoding.attention_bias(3, 7, offset=4)  # keys 0..6, queries 4..6
+    if expected_bias is None:
+        assert state.bias is None
+    else:
+        torch.testing.assert_close(state.bias, expected_bias, rtol=0, atol=0)
+    expected = queries if encoding.rotary is None else encoding.rotary(queries, offset=4)
+    torch.testing.assert_close(state.rotate(queries), expected, rtol=0, atol=0)

@@ -1,0 +1,368 @@
+"""Measuring: alternating timers, training steps, peak memory, and the rows of the suite.
+
+Every row compares "ours" with a "reference" measured in the same process, alternating the two
+within each repeat (after a warm-up) and reporting medians. ``ratio > 1`` means we are better:
+``ours / reference`` for a rate (tokens/s), ``reference / ours`` for a cost (MiB).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import annotated_transformer as at
+from annotated_transformer.cost import training_flops_per_token
+from annotated_transformer.experiments import device_name
+from benchmarks.models import (
+    Plan,
+    ReferenceDecoderOnly,
+    ReferenceEncoderDecoder,
+    Size,
+    decoder_only_config,
+    our_decoder_only,
+    our_encoder_decoder,
+)
+
+LOWER_IS_BETTER = {"MiB", "ms"}  # units whose ratio is reference / ours
+
+# Dense bf16 peak of the accelerators we know, for model FLOPs utilisation (vendor data sheets).
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def training_step(model: nn.Module, inputs: tuple[Tensor, ...], targets: Tensor, optimizer):
+    """One forward + backward + AdamW step; returns a callable with no host sync inside."""
+
+    def step() -> None:
+        logits = model(*inputs)  # [B, T, V]
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def time_alternating(
+    runs: dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device
+) -> dict[str, float]:
+    """Median seconds per call of each run, alternating them (order flipped every repeat)."""
+    names = list(runs)
+    for _ in range(warmup):
+        for name in names:
+            runs[name]()
+    synchronize(device)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            synchronize(device)
+            start = time.perf_counter()
+            runs[name]()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def row(name: str, ours: float, reference: float, unit: str, note: str = "") -> dict:
+    ratio = reference / ours if unit in LOWER_IS_BETTER else ours / reference
+    result = {"name": name, "ours": ours, "reference": reference, "unit": unit, "ratio": ratio}
+    if note:
+        result["note"] = note
+    return result
+
+
+def training_setup(kind: str, size: Size, device: torch.device, seed: int = 0):
+    """(step callable, model, inputs, targets) for ``kind`` in ours-gpt, reference-gpt, ours-seq2seq,
+    reference-seq2seq."""
+    torch.manual_seed(seed)
+    builders = {
+        "ours-gpt": our_decoder_only,
+        "reference-gpt": ReferenceDecoderOnly,
+        "ours-seq2seq": our_encoder_decoder,
+        "reference-seq2seq": ReferenceEncoderDecoder,
+    }
+    model = builders[kind](size).to(device).train()
+    generator = torch.Generator().manual_seed(seed)
+    shape = (size.batch, size.context)
+    tokens = torch.randint(size.vocab_size, shape, generator=generator).to(device)
+    targets = torch.randint(size.vocab_size, shape, generator=generator).to(device)
+    if kind.endswith("seq2seq"):
+        src = torch.randint(size.vocab_size, shape, generator=generator).to(device)
+        inputs = (src, tokens)
+    else:
+        inputs = (tokens,)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return training_step(model, inputs, targets, optimizer), model, inputs, targets
+
+
+def steps(step: Callable[[], None], count: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(count):
+            step()
+
+    return run
+
+
+def bench_training(
+    label: str, pair: tuple[str, str], size: Size, plan: Plan, device: torch.device, log
+) -> list[dict]:
+    ours_step, ours_model, *_ = training_setup(pair[0], size, device)
+    reference_step, reference_model, *_ = training_setup(pair[1], size, device)
+    ours_parameters, reference_parameters = (
+        at.count_parameters(ours_model),
+        at.count_parameters(reference_model),
+    )
+    log(
+        f"  {label} [{size.name}] parameters: ours {ours_parameters:,}, "
+        f"reference {reference_parameters:,}" + (f" ({size.note})" if size.note else "")
+    )
+    if ours_parameters != reference_parameters:
+        raise RuntimeError(f"{label}: parameter counts differ, the comparison would not be fair")
+    seconds = time_alternating(
+        {"ours": steps(ours_step, plan.steps), "reference": steps(reference_step, plan.steps)},
+        plan.warmup,
+        plan.repeats,
+        device,
+    )
+    tokens = size.batch * size.context * plan.steps
+    note = size.note
+    rows = [
+        row(
+            f"{label} training [{size.name}]",
+            tokens / seconds["ours"],
+            tokens / seconds["reference"],
+            "tokens/s",
+            note,
+        )
+    ]
+    log(f"    {rows[-1]['ours']:,.0f} vs {rows[-1]['reference']:,.0f} tokens/s")
+    del ours_step, ours_model, reference_step, reference_model
+    if plan.memory:
+        ours_memory = peak_memory(pair[0], size, device)
+        reference_memory = peak_memory(pair[1], size, device)
+        how = (
+            "torch.cuda.max_memory_allocated rise in a step"
+            if device.type == "cuda"
+            else "CPU: activations saved for backward"
+        )
+        rows.append(
+            row(
+                f"{label} training peak memory [{size.name}]",
+                ours_memory,
+                reference_memory,
+                "MiB",
+                f"{how}; {note}".rstrip("; "),
+            )
+        )
+        log(f"    {ours_memory:,.1f} vs {reference_memory:,.1f} MiB")
+    return rows
+
+
+def peak_memory(kind: str, size: Size, device: torch.device) -> float:
+    """MiB a training step needs beyond the parameters, gradients and optimizer state.
+
+    CUDA: the rise of ``torch.cuda.max_memory_allocated`` in a step. CPU has no allocator
+    statistics (and the maxrss of a process that imported torch hides a small step's peak), so
+    there we count the activations autograd saves for the backward pass, each storage once and the
+    parameters excluded: the part of a step's memory that differs between two models with the
+    same parameters.
+    """
+    step, model, inputs, targets = training_setup(kind, size, device)
+    if device.type == "cuda":
+        step()  # the optimizer state exists from the first step on
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    parameters = {parameter.untyped_storage().data_ptr() for parameter in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        logits = model(*inputs)  # [B, T, V]
+        F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    return sum(saved.values()) / 2**20
+
+
+def bench_decoding(plan: Plan, device: torch.device, log) -> list[dict]:
+    size = plan.decode_size
+    prompt_len = 16
+    torch.manual_seed(0)
+    model = our_decoder_only(size, max_len=prompt_len + max(plan.decode_tokens)).to(device).eval()
+    prompt = torch.randint(size.vocab_size, (1, prompt_len)).to(device)
+    rows = []
+    for new_tokens in plan.decode_tokens:
+
+        def decode(use_cache: bool, new_tokens: int = new_tokens) -> Callable[[], None]:
+            return lambda: at.greedy_decode(
+                model, prompt=prompt, max_new_tokens=new_tokens, use_cache=use_cache
+            )
+
+        seconds = time_alternating(
+            {"cached": decode(True), "uncached": decode(False)},
+            min(plan.warmup, 1),
+            plan.repeats,
+            device,
+        )
+        rows.append(
+            row(
+                f"greedy decoding, {new_tokens} new tokens, KV cache vs recompute [{size.name}]",
+                new_tokens / seconds["cached"],
+                new_tokens / seconds["uncached"],
+                "tokens/s",
+                "reference = our own greedy_decode(use_cache=False); batch 1, prompt 16",
+            )
+        )
+        log(f"  greedy {new_tokens}: {rows[-1]['ours']:,.0f} vs {rows[-1]['reference']:,.0f} tok/s")
+    return rows
+
+
+def bench_beam(plan: Plan, device: torch.device, log) -> list[dict]:
+    size = plan.translation
+    torch.manual_seed(0)
+    model = our_encoder_decoder(replace(size, context=max(size.context, plan.beam_new_tokens + 1)))
+    model = model.to(device).eval()
+    # Multi30k-length inputs: English sentences average about 13 words; 20 subword tokens.
+    src = torch.randint(4, size.vocab_size, (plan.beam_sentences, 20)).to(device)
+
+    def search(use_cache: bool) -> Callable[[], None]:
+        return lambda: at.beam_search(
+            model,
+            src=src,
+            beam_size=5,
+            max_new_tokens=plan.beam_new_tokens,
+            bos_id=1,
+            eos_id=2,
+            use_cache=use_cache,
+        )
+
+    seconds = time_alternating(
+        {"cached": search(True), "uncached": search(False)},
+        min(plan.warmup, 1),
+        plan.repeats,
+        device,
+    )
+    result = row(
+        f"beam search (beam 5), KV cache vs recompute [{size.name}]",
+        plan.beam_sentences / seconds["cached"],
+        plan.beam_sentences / seconds["uncached"],
+        "sentences/s",
+        f"reference = our beam_search(use_cache=False); {plan.beam_sentences} inputs of 20 "
+        f"tokens, up to {plan.beam_new_tokens} new; untrained weights. {size.note}".strip(),
+    )
+    log(f"  beam: {result['ours']:,.1f} vs {result['reference']:,.1f} sentences/s")
+    return [result]
+
+
+# --- CUDA-only rows (tests/test_benchmarks.py runs them on a CPU too) -------------------------
+
+
+def set_sdpa(model: nn.Module, enabled: bool) -> None:
+    for module in model.modules():
+        if isinstance(module, at.MultiHeadAttention):
+            module.use_sdpa = enabled
+
+
+def flops_per_token(size: Size) -> float:
+    """Training FLOPs per token: 6·N (matmul weights) + 12·L·T·d (attention), as nanoGPT;
+    the closed form lives in ``annotated_transformer.cost``."""
+    return training_flops_per_token(decoder_only_config(size), size.context)
+
+
+def bench_cuda(
+    plan: Plan, device: torch.device, log, compile_backend: str = "inductor"
+) -> list[dict]:
+    """bf16 autocast vs fp32, ``torch.compile`` vs eager, SDPA vs explicit attention, and MFU.
+
+    Rows for CUDA, but the code runs on any device (the tests run it on a CPU, with
+    ``compile_backend="eager"``: traced by dynamo, not compiled, so it takes seconds).
+    """
+    size = plan.decoder_sizes[-1]
+    variants: dict[str, Callable[[], None]] = {}
+    models = {}  # keeps every variant's model alive while the variants alternate
+    for name, dtype, compiled, sdpa in [
+        ("fp32", None, False, True),
+        ("bf16", torch.bfloat16, False, True),
+        ("bf16-compiled", torch.bfloat16, True, True),
+        ("bf16-explicit-attention", torch.bfloat16, False, False),
+    ]:
+        step, model, *_ = training_setup("ours-gpt", size, device)
+        set_sdpa(model, sdpa)
+        models[name] = model
+        if compiled:
+            compiled_model = torch.compile(model, backend=compile_backend)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            tokens = torch.randint(size.vocab_size, (size.batch, size.context), device=device)
+            step = training_step(compiled_model, (tokens,), tokens, optimizer)
+        if dtype is not None:
+            step = autocast(step, dtype, device)
+        variants[name] = steps(step, plan.steps)
+    seconds = time_alternating(variants, plan.warmup + 2, plan.repeats, device)
+    tokens = size.batch * size.context * plan.steps
+    speed = {name: tokens / value for name, value in seconds.items()}
+    rows = [
+        row(
+            f"bf16 autocast vs fp32 training [{size.name}]",
+            speed["bf16"],
+            speed["fp32"],
+            "tokens/s",
+        ),
+        row(
+            f"torch.compile vs eager training, bf16 [{size.name}]",
+            speed["bf16-compiled"],
+            speed["bf16"],
+            "tokens/s",
+        ),
+        row(
+            f"SDPA vs explicit attention training, bf16 [{size.name}]",
+            speed["bf16"],
+            speed["bf16-explicit-attention"],
+            "tokens/s",
+        ),
+    ]
+    label = device_name(device)
+    peak = next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in label), None)
+    if peak is not None:
+        achieved = {name: speed[name] * flops_per_token(size) for name in speed}
+        best = max(("bf16", "bf16-compiled"), key=lambda name: achieved[name])
+        rows.append(
+            {
+                "name": f"model FLOPs utilisation, {best} [{size.name}]",
+                "ours": achieved[best] / peak,
+                "reference": 1.0,
+                "unit": "fraction of peak",
+                "ratio": achieved[best] / peak,
+                "note": f"peak {peak / 1e12:.0f} TFLOP/s dense bf16; 6N + 12LTd FLOPs per token",
+            }
+        )
+    for item in rows:
+        log(f"  {item['name']}: ratio {item['ratio']:.2f}")
+    return rows
+
+
+def autocast(
+    step: Callable[[], None], dtype: torch.dtype, device: torch.device
+) -> Callable[[], None]:
+    def run() -> None:
+        with torch.autocast(device.type, dtype=dtype):
+            step()
+
+    return run
