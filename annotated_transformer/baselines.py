@@ -1,0 +1,94 @@
+"""Count baselines for language models: what a table of counts alone achieves (chapters 08, 09).
+
+A Transformer's validation loss means little on its own: a model that has only learnt which
+symbol tends to follow which sits at the *bigram* level, and one that has learnt nothing but
+symbol frequencies at the *unigram* level. These functions compute both from the training split,
+so that every language-model result in the book can be printed beside them.
+
+- unigram: ``p(w) = (c(w) + 1) / (N + V)`` (add-one, so that no symbol has probability zero);
+- bigram, interpolated with that unigram (Jelinek & Mercer 1980):
+  ``p(w | v) = λ · c(v, w) / c(v) + (1 - λ) · p(w)``, with ``λ`` chosen on a held-out split from a
+  grid, never on the split that is reported.
+
+Losses are mean negative log-likelihoods in nats per token, the unit of the training loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LAMBDAS = tuple(round(0.05 * step, 2) for step in range(1, 20))  # 0.05 .. 0.95
+
+
+@dataclass(frozen=True)
+class CountBaselines:
+    """Unigram and bigram losses (nats/token) on one split, with the chosen ``lam``."""
+
+    unigram_loss: float
+    bigram_loss: float
+    lam: float
+
+    @property
+    def unigram_perplexity(self) -> float:
+        return math.exp(self.unigram_loss)
+
+    @property
+    def bigram_perplexity(self) -> float:
+        return math.exp(self.bigram_loss)
+
+
+def _check(ids: Tensor, vocab_size: int, name: str) -> Tensor:
+    if ids.dim() != 1 or ids.numel() < 2:
+        raise ValueError(
+            f"{name} must be a 1-D tensor of at least 2 token ids, got {tuple(ids.shape)}"
+        )
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"{name} holds ids outside [0, {vocab_size})")
+    return ids.long()
+
+
+def unigram_log_probs(train: Tensor, vocab_size: int) -> Tensor:
+    """``[V]`` add-one unigram log-probabilities from the training ids ``[N]``."""
+    counts = torch.bincount(_check(train, vocab_size, "train"), minlength=vocab_size).double()
+    return torch.log((counts + 1) / (counts.sum() + vocab_size))  # [V]
+
+
+def bigram_loss(train: Tensor, evaluate: Tensor, vocab_size: int, lam: float) -> float:
+    """Mean NLL (nats) of ``evaluate[1:]`` given the previous token, under the interpolated bigram
+    with weight ``lam`` on the bigram counts of ``train``."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam={lam} is not in [0, 1]")
+    train = _check(train, vocab_size, "train")
+    evaluate = _check(evaluate, vocab_size, "evaluate")
+    pairs = torch.bincount(train[:-1] * vocab_size + train[1:], minlength=vocab_size**2)
+    pairs = pairs.double().view(vocab_size, vocab_size)  # [V, V] c(v, w)
+    context = pairs.sum(1)  # [V] c(v) as a left context
+    previous, current = evaluate[:-1], evaluate[1:]  # [M], [M]
+    seen = context[previous] > 0
+    conditional = torch.where(
+        seen, pairs[previous, current] / context[previous].clamp(min=1), torch.zeros(())
+    )  # [M]
+    unigram = unigram_log_probs(train, vocab_size).exp()[current]  # [M]
+    weight = torch.where(
+        seen, torch.full((), lam, dtype=torch.double), torch.zeros((), dtype=torch.double)
+    )
+    return float(-torch.log(weight * conditional + (1 - weight) * unigram).mean())
+
+
+def count_baselines(
+    train: Tensor, held_out: Tensor, evaluate: Tensor, vocab_size: int
+) -> CountBaselines:
+    """Unigram and bigram losses on ``evaluate``, the bigram's ``λ`` chosen on ``held_out``
+    (which may be ``evaluate`` itself only when no other split exists: say so when you print it)."""
+    lam = min(LAMBDAS, key=lambda value: bigram_loss(train, held_out, vocab_size, value))
+    unigram = unigram_log_probs(train, vocab_size)
+    evaluate = _check(evaluate, vocab_size, "evaluate")
+    return CountBaselines(
+        unigram_loss=float(-unigram[evaluate[1:]].mean()),
+        bigram_loss=bigram_loss(train, evaluate, vocab_size, lam),
+        lam=lam,
+    )
