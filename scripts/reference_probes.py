@@ -1,0 +1,92 @@
+"""Short probes that chose the reference runs' recipes (chapter 08): each trains a candidate for a
+few hundred updates on the real task and stores its history, so the choice can be re-read.
+
+    python scripts/reference_probes.py tinyshakespeare         # every probe of that task, in turn
+    python scripts/reference_probes.py tinyshakespeare NAME    # the named probes only
+
+A probe runs the schedule of the full run (same warmup and max_steps) and stops after
+``PROBE_STEPS`` updates: the learning curves are comparable where the full run would be.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import annotated_transformer as at
+from annotated_transformer.__main__ import resolve_settings
+from annotated_transformer.experiments import code_version, provenance
+from annotated_transformer.tasks import get_task
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "reference" / "probes"
+
+BASE = {
+    "tinyshakespeare": {
+        "data": {"context_length": 256, "batch_size": 32, "batches_per_epoch": 1000},
+        "model": {
+            "d_model": 384, "n_heads": 6, "n_layers": 6, "d_ff": 1536,
+            "dropout": 0.2, "attention_dropout": 0.0, "activation_dropout": 0.0,
+        },
+        "train": {
+            "lr": 1e-3, "min_lr": 1e-4, "warmup": 100, "max_steps": 4300, "weight_decay": 0.1,
+            "betas": [0.9, 0.99], "precision": "bf16", "grad_clip": 1.0, "log_every": 25,
+        },
+    },
+}
+PROBES = {
+    "tinyshakespeare": {
+        "xavier-sinusoidal": {},
+        "normal-learned-gelu": {"model": {"init": "normal", "scale_embeddings": False,
+                                          "positional": "learned", "activation": "gelu"}},
+        "normal-rope-gelu": {"model": {"init": "normal", "scale_embeddings": False,
+                                       "positional": "rope", "activation": "gelu"}},
+        "normal-rope-gelu-lr2e-3": {
+            "model": {"init": "normal", "scale_embeddings": False, "positional": "rope",
+                      "activation": "gelu"},
+            "train": {"lr": 2e-3, "min_lr": 2e-4},
+        },
+    },
+}
+PROBE_STEPS = 250
+
+
+def probe(task_name: str, name: str, overrides: dict) -> dict:
+    base = BASE[task_name]
+    sets = [f"{section}.{key}={json.dumps(value)}" for part in (base, overrides)
+            for section, values in part.items() for key, value in values.items()]
+    builder = get_task(task_name)
+    settings = resolve_settings(builder, {}, sets)
+    task = builder(**settings["data"])
+    model_config = at.TransformerConfig.from_dict({**task.model_defaults, **settings["model"]})
+    train_config = at.TrainConfig.from_dict(
+        {**task.train_defaults, **settings["train"], "progress": False, "eval_every": PROBE_STEPS}
+    )
+    code = code_version()
+    started = time.perf_counter()
+    at.seed_everything(train_config.seed)
+    trainer = at.Trainer(at.build_model(model_config), train_config, task.train,
+                         task.splits["valid"], tokenizer=task.tokenizer, task=task.info)
+    trainer.fit(steps=PROBE_STEPS)
+    metrics = trainer.evaluate()
+    record = {
+        "task": task_name, "probe": name, "overrides": overrides, "settings": settings,
+        "steps": PROBE_STEPS, "valid_loss": metrics["loss"], "history": trainer.history,
+        "provenance": provenance(train_config.seed, time.perf_counter() - started, None, code),
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{task_name}-{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"{task_name} {name}: valid loss {metrics['loss']:.4f} after {PROBE_STEPS} updates "
+          f"({record['provenance']['wall_time_s']:.0f} s)", flush=True)
+    return record
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    task_name, names = sys.argv[1], sys.argv[2:] or list(PROBES[sys.argv[1]])
+    for name in names:
+        probe(task_name, name, PROBES[task_name][name])
