@@ -13,14 +13,13 @@ from annotated_transformer.checkpoint import (
     UnsafeCheckpointError,
     atomic_write_text,
     load_checkpoint,
-    rng_state,
+    load_model,
     save_checkpoint,
-    set_rng_state,
-    write_history,
 )
-from annotated_transformer.config import TransformerConfig
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.model import build_model
-from annotated_transformer.train import TrainConfig, Trainer, load_model
+from annotated_transformer.run_state import rng_state, set_rng_state, write_history
+from annotated_transformer.trainer import Trainer
 
 
 def checkpoint(value):
