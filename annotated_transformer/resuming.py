@@ -107,7 +107,7 @@ def check_allow_changes(allow_changes: Iterable[str]) -> set[str]:
 
 def flatten(section: str, value: Any) -> dict[str, Any]:
     """``{"task.options.size": 3, ...}``: nested dicts as dotted names, other values as leaves."""
-    if isinstance(value, dict) and value:
+    if isinstance(value, dict):  # an empty dict has no leaves
         flat: dict[str, Any] = {}
         for key, item in value.items():
             flat.update(flatten(f"{section}.{key}", item))
@@ -170,7 +170,10 @@ def resume_changes(
             note = f"may change: name {field!r} in allow_changes to apply it"
         else:
             note = "may not change on resume"
-        lines.append(f"  {name}: {before!r} -> {after!r} ({note})")
+        change = (
+            "differs from the checkpoint's" if name == "tokenizer" else f"{before!r} -> {after!r}"
+        )
+        lines.append(f"  {name}: {change} ({note})")
     raise ResumeMismatch(
         f"{path} was saved by a run with other settings; resuming would not continue that run. "
         f"{len(refused)} of {len(differences)} differences refused:\n" + "\n".join(lines),

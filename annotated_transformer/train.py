@@ -76,8 +76,9 @@ class TrainingDiverged(FloatingPointError):
             else "no checkpoint of this run was written before it"
         )
         located = f" (first in {where})" if where else ""
+        verb = {"weights": "hold", "optimizer state": "holds"}.get(quantity, "is")
         super().__init__(
-            f"training diverged at update {step}: the {quantity} is {value}{located}; {kept}. "
+            f"training diverged at update {step}: the {quantity} {verb} {value}{located}; {kept}. "
             f"Lower the learning rate, lengthen the warmup or set grad_clip, then resume from the "
             f"last good checkpoint or restart."
         )

@@ -313,6 +313,10 @@ class Trainer:
         if self.run_dir is not None and self.distributed.is_main:
             write_history(self.run_dir, self.history)
         self._trigger("on_log", row)
+        if evaluating and not math.isfinite(row["eval_loss"]):  # finite weights, broken model
+            raise TrainingDiverged(
+                self.step, "evaluation loss", row["eval_loss"], self.last_checkpoint
+            )
         if improved:
             self.save("best.pt")
         window.update(loss=0.0, tokens=0, start=time.perf_counter())
