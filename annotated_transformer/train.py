@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .checkpoint import first_non_finite
 from .config import PRECISION_CHOICES, check_choice
 from .data.batch import Batch
 from .distributed import Distributed, unwrap
@@ -110,6 +111,71 @@ def as_data_source(data: DataSource | Iterable[Batch]) -> DataSource:
             f"restart for a new epoch or a resumed run)"
         )
     return lambda epoch, generator: data
+
+
+def iterate_epochs(
+    source: DataSource, seed: int, epoch: int = 0, batch_index: int = 0
+) -> Iterator[tuple[int, int, Batch]]:
+    """``(epoch, batches consumed in it, batch)`` from a data position on, epoch after epoch.
+
+    Resuming at ``(epoch, batch_index)`` calls ``source(epoch, data_generator(seed, epoch))``
+    again and skips ``batch_index`` batches, so a source must yield the same batches for the
+    same arguments.
+    """
+    while True:
+        batches = iter(source(epoch, data_generator(seed, epoch)))
+        for skipped in range(batch_index):
+            if next(batches, None) is None:
+                raise RuntimeError(
+                    f"the training data yielded {skipped} batches in epoch {epoch} on "
+                    f"resumption, but {batch_index} before: a data source must yield the "
+                    f"same batches for the same (epoch, generator)"
+                )
+        for batch in batches:
+            batch_index += 1
+            yield epoch, batch_index, batch
+        if batch_index == 0:
+            raise ValueError(f"the training data yielded no batches in epoch {epoch}")
+        epoch, batch_index = epoch + 1, 0
+
+
+def read_losses(
+    unchecked: list[tuple[int, Tensor, int, Tensor | None]], checkpoint: Path | None
+) -> list[tuple[float, int]]:
+    """Read the losses (and gradient norms) of updates kept on the device, in one wait.
+
+    Args:
+        unchecked: ``(update, loss summed over tokens, tokens, gradient norm or None)`` each.
+        checkpoint: the last good checkpoint, for the message of :class:`TrainingDiverged`.
+
+    Returns ``(mean loss per target token, tokens)`` per update; raises
+    :class:`TrainingDiverged` at the first non-finite loss or norm.
+    """
+    loss_sums = torch.stack([loss_sum for _, loss_sum, _, _ in unchecked]).tolist()
+    norms = [norm for *_, norm in unchecked]
+    if any(norm is not None for norm in norms):
+        norms = torch.stack(norms).tolist()
+    checked = []
+    for (step, _, tokens, _), loss_sum, norm in zip(unchecked, loss_sums, norms, strict=True):
+        loss = loss_sum / max(tokens, 1)
+        for quantity, value in (("loss", loss), ("gradient norm", norm)):
+            if value is not None and not math.isfinite(value):
+                raise TrainingDiverged(step, quantity, value, checkpoint)
+        checked.append((loss, tokens))
+    return checked
+
+
+def check_finite_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, checkpoint: Path | None
+) -> None:
+    """Raise :class:`TrainingDiverged` if a weight or an optimizer moment is NaN or infinite."""
+    for quantity, tree in (
+        ("weights", model.state_dict()),
+        ("optimizer state", optimizer.state_dict()["state"]),
+    ):
+        bad = first_non_finite(tree)
+        if bad is not None:
+            raise TrainingDiverged(step, quantity, bad[1], checkpoint, where=bad[0])
 
 
 def evaluation_batches(data: DataSource | Iterable[Batch], seed: int) -> Iterable[Batch]:

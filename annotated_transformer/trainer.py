@@ -37,7 +37,6 @@ from tqdm.auto import tqdm
 from .checkpoint import (
     CHECKPOINT_FORMAT,
     CheckpointError,
-    first_non_finite,
     save_checkpoint,
 )
 from .config import TrainConfig
@@ -56,14 +55,48 @@ from .train import (
     accumulate_gradients,
     as_data_source,
     autocast_factory,
-    data_generator,
+    check_finite_state,
     evaluate,
     evaluation_batches,
+    iterate_epochs,
+    read_losses,
     seed_everything,
     tokenizer_state,
 )
 
 CALLBACK_EVENTS = ("on_update", "on_log", "on_evaluate")
+
+
+def check_train_options(
+    config: TrainConfig,
+    *,
+    evaluates: bool = True,
+    metrics: Iterable[str] | None = EVALUATION_METRICS,
+    distributed: Distributed | None = None,
+) -> torch.device:
+    """Check what :class:`TrainConfig` cannot check alone, before any work; returns the device.
+
+    Each problem is a ValueError naming the option: ``device='cuda'`` without CUDA; a
+    ``checkpoint_dir`` that is a file; ``early_stopping_patience`` without evaluation
+    (``evaluates=False``); an ``early_stopping_metric`` not among ``metrics`` (the names the
+    evaluation produces; None when unknown, e.g. with extra metrics). A ``checkpoint_dir`` in
+    use by a live run raises :class:`~annotated_transformer.run_lock.RunDirectoryLocked`.
+    """
+    distributed = distributed or Distributed.current()
+    device = resolve_device(config.device, distributed)
+    check_run_directory(config.checkpoint_dir, check_lock=distributed.is_main)
+    if not evaluates and config.early_stopping_patience is not None:
+        raise ValueError(
+            f"early_stopping_patience={config.early_stopping_patience} needs evaluation data "
+            f"(eval_data), and this run has none"
+        )
+    metric = config.early_stopping_metric
+    if evaluates and metrics is not None and metric not in metrics:
+        raise ValueError(
+            f"early_stopping_metric={metric!r} is not among the evaluation metrics: "
+            f"{', '.join(metrics)} (add it with extra_metrics=...)"
+        )
+    return device
 
 
 class Trainer:
@@ -112,10 +145,13 @@ class Trainer:
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         self.config = config
         self.distributed = distributed or Distributed.current()
-        self.device = resolve_device(config.device, self.distributed)
+        self.device = check_train_options(
+            config,
+            evaluates=eval_data is not None,
+            metrics=None if extra_metrics is not None else EVALUATION_METRICS,
+            distributed=self.distributed,
+        )
         self.run_dir = Path(config.checkpoint_dir) if config.checkpoint_dir is not None else None
-        check_run_directory(self.run_dir, check_lock=self.distributed.is_main)
-        self._check_evaluation(eval_data, extra_metrics)
         self.lock = RunLock(self.run_dir) if self.run_dir and self.distributed.is_main else None
         seed_everything(config.seed + self.distributed.rank)
         self.model = model.to(self.device)
@@ -160,20 +196,6 @@ class Trainer:
         # tokens, tokens, norm or None), on the device. See fit.
         self._unchecked: list[tuple[int, Tensor, int, Tensor | None]] = []
 
-    def _check_evaluation(self, eval_data: object, extra_metrics: object) -> None:
-        config = self.config
-        if eval_data is None and config.early_stopping_patience is not None:
-            raise ValueError(
-                f"early_stopping_patience={config.early_stopping_patience} needs evaluation "
-                f"data (eval_data), and this Trainer has none"
-            )
-        metric = config.early_stopping_metric
-        if eval_data is not None and extra_metrics is None and metric not in EVALUATION_METRICS:
-            raise ValueError(
-                f"early_stopping_metric={metric!r} is not among the evaluation metrics: "
-                f"{', '.join(EVALUATION_METRICS)} (add it with extra_metrics=...)"
-            )
-
     def _wrap(self, model: nn.Module) -> nn.Module:
         module = model
         if self.distributed.world_size > 1:
@@ -207,24 +229,10 @@ class Trainer:
     # -- data ----------------------------------------------------------------------------------
 
     def _iterate(self) -> Iterator[Batch]:
-        """Batches from the current data position on, epoch after epoch."""
-        while True:
-            batches = iter(
-                self.train_data(self.epoch, data_generator(self.config.seed, self.epoch))
-            )
-            for skipped in range(self.batch_index):
-                if next(batches, None) is None:
-                    raise RuntimeError(
-                        f"the training data yielded {skipped} batches in epoch {self.epoch} on "
-                        f"resumption, but {self.batch_index} before: a data source must yield the "
-                        f"same batches for the same (epoch, generator)"
-                    )
-            for batch in batches:
-                self.batch_index += 1
-                yield batch
-            if self.batch_index == 0:
-                raise ValueError(f"the training data yielded no batches in epoch {self.epoch}")
-            self.epoch, self.batch_index = self.epoch + 1, 0
+        """Batches from the current data position on, epoch after epoch, moving the position."""
+        positions = iterate_epochs(self.train_data, self.config.seed, self.epoch, self.batch_index)
+        for self.epoch, self.batch_index, batch in positions:
+            yield batch
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -353,31 +361,16 @@ class Trainer:
     def _read_unchecked(self) -> list[tuple[float, int]]:
         """The losses of the unchecked updates, read in one wait; stops at a non-finite one."""
         unchecked, self._unchecked = self._unchecked, []
-        loss_sums = torch.stack([loss_sum for _, loss_sum, _, _ in unchecked]).tolist()
-        norms = [norm for *_, norm in unchecked]
-        if any(norm is not None for norm in norms):
-            norms = torch.stack(norms).tolist()
-        checked = []
-        for (step, _, tokens, _), loss_sum, norm in zip(unchecked, loss_sums, norms, strict=True):
-            loss = loss_sum / max(tokens, 1)
-            for quantity, value in (("loss", loss), ("gradient norm", norm)):
-                if value is not None and not math.isfinite(value):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise TrainingDiverged(step, quantity, value, self.last_checkpoint)
-            checked.append((loss, tokens))
-        return checked
+        try:
+            return read_losses(unchecked, self.last_checkpoint)
+        except TrainingDiverged:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
 
     def check_finite(self) -> None:
         """Raise :class:`TrainingDiverged` if a weight or an optimizer moment is not finite (one
         device read). Every save calls it first."""
-        for quantity, tree in (
-            ("weights", self.model.state_dict()),
-            ("optimizer state", self.optimizer.state_dict()["state"]),
-        ):
-            bad = first_non_finite(tree)
-            if bad is not None:
-                where, value = bad
-                raise TrainingDiverged(self.step, quantity, value, self.last_checkpoint, where)
+        check_finite_state(self.model, self.optimizer, self.step, self.last_checkpoint)
 
     def evaluate(self) -> dict[str, float]:
         """:func:`~annotated_transformer.train.evaluate` on the evaluation data, plus

@@ -340,7 +340,10 @@ def test_an_unknown_early_stopping_metric_is_refused_before_any_work():
 
 
 def test_patience_without_evaluation_data_is_refused():
-    with pytest.raises(ValueError, match="early_stopping_patience=3 needs evaluation data"):
+    with pytest.raises(
+        ValueError,
+        match="early_stopping_patience=3 needs evaluation data \\(eval_data\\), and this run has none",
+    ):
         Trainer(tiny_model(), quiet_config(early_stopping_patience=3), RandomSource())
 
 

@@ -182,3 +182,19 @@ def test_a_run_removes_the_temporary_files_of_an_interrupted_save(tmp_path):
         Trainer(
             tiny_model(), quiet_config(max_steps=3, checkpoint_dir=tmp_path), RandomSource()
         ).fit()
+
+
+def test_check_train_options_lets_a_command_line_check_before_any_work(tmp_path):
+    from annotated_transformer.config import TrainConfig
+    from annotated_transformer.trainer import check_train_options
+
+    config = TrainConfig(early_stopping_metric="bleu", checkpoint_dir=str(tmp_path / "run"))
+    assert (
+        check_train_options(config, metrics=None) == torch.device("cpu")
+        or torch.cuda.is_available()
+    )
+    with pytest.raises(
+        ValueError, match="'bleu' is not among the evaluation metrics: loss, accuracy"
+    ):
+        check_train_options(config, metrics=("loss", "accuracy"))
+    assert not (tmp_path / "run").exists()  # nothing written
