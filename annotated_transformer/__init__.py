@@ -7,14 +7,16 @@ Each module holds what one chapter teaches::
     positional.py  03  sinusoidal, learned, relative, RoPE, ALiBi, none
     norms.py       04  LayerNorm and RMSNorm from scratch
     layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
-    config.py      05  TransformerConfig, validated
+    config.py      05/08  TransformerConfig and TrainConfig, validated; the public check_* helpers
     model.py       05  the three architectures, build_model, the parameter count
     optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
     losses.py      07  label smoothing as a KL divergence / cross-entropy
     decode.py      08  greedy, beam search and sampling on the KV cache
     data/          08  data files, tokenizers, corpora, token-budget batches
     metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
-    train.py       08  the training loop (checkpoint.py, distributed.py, tasks.py beside it)
+    train.py       08  the functions of training: seeding, one update, evaluation, divergence
+    trainer.py     08  the Trainer: the loop (early_stopping.py, resuming.py, run_lock.py,
+                       checkpoint.py, run_state.py, distributed.py, tasks.py beside it)
     __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
     experiments.py 08  the results store: records with provenance, keyed by their config
     ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
@@ -32,8 +34,10 @@ from .attention import (
     MultiHeadAttention,
     dot_product_attention,
 )
-from .config import TransformerConfig
+from .checkpoint import CheckpointError
+from .config import TrainConfig, TransformerConfig
 from .decode import beam_search, greedy_decode, sample
+from .early_stopping import EarlyStopping
 from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerWeights, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask, to_torch_blocked
@@ -67,7 +71,10 @@ from .positional import (
     sinusoidal_shift_matrix,
     sinusoidal_table,
 )
-from .train import TrainConfig, Trainer, TrainingDiverged, evaluate, seed_everything
+from .resuming import ResumeMismatch
+from .run_lock import RunDirectoryLocked
+from .train import TrainingDiverged, evaluate, seed_everything
+from .trainer import Trainer
 
 __version__ = "0.1.0"
 
@@ -76,11 +83,13 @@ __all__ = [
     "SCHEDULE_CHOICES",
     "SMOOTHING_CONVENTIONS",
     "ALiBi",
+    "CheckpointError",
     "DecoderCache",
     "DecoderLayer",
     "DecoderOnlyTransformer",
     "EncoderDecoderTransformer",
     "EncoderLayer",
+    "EarlyStopping",
     "EncoderOnlyTransformer",
     "FeedForward",
     "KVCache",
@@ -95,6 +104,8 @@ __all__ = [
     "RMSNorm",
     "RelativePositionBias",
     "Residual",
+    "ResumeMismatch",
+    "RunDirectoryLocked",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "TrainConfig",

@@ -21,10 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .config import _check_choice
+from .config import DEVICE_CHOICES, check_choice
 from .data.batch import Batch
-
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -98,12 +96,21 @@ def init_distributed(device: str = "auto") -> Distributed:
 
 def resolve_device(choice: str, distributed: Distributed | None = None) -> torch.device:
     """``cpu``, ``cuda`` (this process's GPU under torchrun), or ``auto``: cuda when available."""
-    _check_choice("device", choice, DEVICE_CHOICES)
+    check_choice("device", choice, DEVICE_CHOICES)
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked for, but torch finds no CUDA device")
-    return torch.device("cuda", (distributed or Distributed()).local_rank)
+        raise ValueError(
+            "device='cuda' is not available: torch finds no CUDA device; use device='cpu', or "
+            "'auto' (cuda when available)"
+        )
+    local_rank = (distributed or Distributed()).local_rank
+    if local_rank >= torch.cuda.device_count():
+        raise ValueError(
+            f"device='cuda' for local rank {local_rank} needs {local_rank + 1} CUDA devices, but "
+            f"torch finds {torch.cuda.device_count()}: start fewer processes per node"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -160,6 +160,28 @@ def build_scheduler(optimizer: torch.optim.Optimizer, name: str, **kwargs: Any) 
     return LambdaLR(optimizer, lr_lambda=multiplier)
 
 
+def set_schedule(scheduler: LambdaLR, name: str, **kwargs: Any) -> float:
+    """Switch a scheduler from :func:`build_scheduler` to schedule ``name`` with ``kwargs``,
+    keeping its step count; the optimizer's rate becomes the new schedule's for the next update,
+    which it returns. A resumed run uses it to apply a changed ``lr`` (or schedule)."""
+    multiplier = ScheduleMultiplier(name, kwargs)
+    lr = multiplier(scheduler.last_epoch)  # fails on wrong arguments before changing anything
+    scheduler.lr_lambdas = [multiplier] * len(scheduler.optimizer.param_groups)
+    for group in scheduler.optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def set_weight_decay(optimizer: torch.optim.Optimizer, weight_decay: float) -> None:
+    """Set the decay of the decayed group of :func:`parameter_groups` (the ``ndim >= 2``
+    parameters); the other group stays at 0."""
+    if weight_decay < 0:
+        raise ValueError(f"set_weight_decay: weight_decay must be >= 0, got {weight_decay}")
+    for group in optimizer.param_groups:
+        if any(parameter.ndim >= 2 for parameter in group["params"]):
+            group["weight_decay"] = weight_decay
+
+
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Split the trainable parameters into a decayed and a not-decayed group.
 

@@ -1,3 +1,4 @@
+import errno
 import json
 import math
 import pickle
@@ -10,17 +11,20 @@ import torch
 
 from annotated_transformer.checkpoint import (
     CHECKPOINT_FORMAT,
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointWriteError,
     UnsafeCheckpointError,
     atomic_write_text,
     load_checkpoint,
-    rng_state,
+    load_model,
+    remove_orphan_temporaries,
     save_checkpoint,
-    set_rng_state,
-    write_history,
 )
-from annotated_transformer.config import TransformerConfig
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.model import build_model
-from annotated_transformer.train import TrainConfig, Trainer, load_model
+from annotated_transformer.run_state import rng_state, set_rng_state, write_history
+from annotated_transformer.trainer import Trainer
 
 
 def checkpoint(value):
@@ -161,3 +165,173 @@ def test_atomic_write_text_replaces_the_whole_file(tmp_path):
     path = atomic_write_text(tmp_path / "notes.txt", "first version, long")
     atomic_write_text(path, "second")
     assert path.read_text() == "second"
+
+
+# ---------------------------------------------------------------------------------------------
+# Every bad file: one CheckpointError naming the file and what is wrong
+
+
+def saved_model_checkpoint(path, **config_overrides):
+    config = TransformerConfig(
+        vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16, **config_overrides
+    )
+    model = build_model(config)
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "model_config": config.to_dict(),
+        "model": model.state_dict(),
+    }
+    save_checkpoint(path, state)
+    return state
+
+
+def write_zip(path):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("notes.txt", "not a checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.write_bytes(b""), "is empty \\(0 bytes\\)"),
+        (
+            lambda path: path.write_bytes(bytes(range(256)) * 8),
+            "does not start like the zip archive",
+        ),
+        (
+            lambda path: path.write_text("epoch,loss\n1,2.0\n"),
+            "does not start like the zip archive",
+        ),
+        (write_zip, "is truncated or is not a torch checkpoint archive"),
+        (
+            lambda path: torch.save({"state_dict": {}}, path),
+            "not an annotated-transformer checkpoint",
+        ),
+        (lambda path: torch.save([1, 2], path), "not an annotated-transformer checkpoint"),
+    ],
+    ids=["empty", "random-bytes", "text", "foreign-zip", "plain-torch-dict", "plain-torch-list"],
+)
+def test_a_file_that_is_not_our_checkpoint_gets_one_clear_error(tmp_path, make, message):
+    path = tmp_path / "bad.pt"
+    make(path)
+    with pytest.raises(CheckpointError, match=f"{path}.*{message}|{message}.*{path}") as error:
+        load_checkpoint(path)
+    assert "arbitrary code" not in str(error.value)
+    with pytest.raises(CheckpointError):
+        load_model(path)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
+def test_a_truncated_checkpoint_gets_one_clear_error(tmp_path, fraction):
+    path = tmp_path / "last.pt"
+    saved_model_checkpoint(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(CheckpointError, match=f"{path} is truncated or is not a torch checkpoint"):
+        load_model(path)
+
+
+def test_a_missing_file_and_a_directory_are_named(tmp_path):
+    with pytest.raises(CheckpointNotFoundError, match=f"no checkpoint at {tmp_path / 'nope.pt'}"):
+        load_model(tmp_path / "nope.pt")
+    with pytest.raises(CheckpointError, match=f"{tmp_path} is a directory, not a checkpoint file"):
+        load_model(tmp_path)
+
+
+def test_missing_weights_and_mismatched_weights_are_named(tmp_path):
+    path = tmp_path / "last.pt"
+    state = saved_model_checkpoint(path)
+    save_checkpoint(path, {key: value for key, value in state.items() if key != "model"})
+    with pytest.raises(CheckpointError, match=f"{path} is incomplete or damaged: model is missing"):
+        load_model(path)
+    wrong = {**state, "model_config": {**state["model_config"], "d_ff": 64}}
+    save_checkpoint(path, wrong)
+    with pytest.raises(
+        CheckpointError,
+        match="weights disagree with its model_config: .*has shape \\[32, 16\\], the config needs \\[64, 16\\]",
+    ):
+        load_model(path)
+    fewer = {**state, "model": {k: v for k, v in state["model"].items() if "embedding" not in k}}
+    save_checkpoint(path, fewer)
+    with pytest.raises(
+        CheckpointError,
+        match="weights disagree with its model_config: missing embedding.embedding.weight",
+    ):
+        load_model(path)
+    bad_config = {**state, "model_config": {**state["model_config"], "positional": "rotary"}}
+    save_checkpoint(path, bad_config)
+    with pytest.raises(
+        CheckpointError, match="invalid model_config: positional='rotary' is not one of"
+    ):
+        load_model(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_len", 10**9, "max_len=1000000000 \\(limit 1,048,576\\)"),
+        ("vocab_size", 10**12, "vocab_size=1000000000000 \\(limit 16,777,216\\)"),
+        (
+            "d_model",
+            2**16,
+            "describes a model of .* parameters and buffers, more than the 2,147,483,648",
+        ),
+    ],
+)
+def test_oversized_configs_are_refused_before_anything_is_allocated(
+    tmp_path, field, value, message
+):
+    path = tmp_path / "last.pt"
+    state = saved_model_checkpoint(path)
+    values = {**state["model_config"], field: value}
+    if field == "d_model":
+        values.update(n_heads=2, max_len=2**15)
+    save_checkpoint(path, {**state, "model_config": values})
+    with pytest.raises(CheckpointError, match=f"{path} .*{message}"):
+        load_model(path)
+
+
+def test_non_finite_weights_are_never_written_nor_loaded(tmp_path):
+    path = tmp_path / "last.pt"
+    state = saved_model_checkpoint(path)
+    poisoned = {name: tensor.clone() for name, tensor in state["model"].items()}
+    name = next(iter(poisoned))
+    poisoned[name][0] = math.nan
+    with pytest.raises(
+        CheckpointError, match=f"refusing to write {path}: \\['model'\\]\\['{name}'\\] holds nan"
+    ):
+        save_checkpoint(path, {**state, "model": poisoned})
+    assert torch.equal(load_checkpoint(path)["model"][name], state["model"][name])  # kept
+    torch.save({**state, "model": poisoned}, path)  # written by someone else
+    with pytest.raises(
+        CheckpointError, match=f"{path} holds non-finite weights: \\['{name}'\\] holds nan"
+    ):
+        load_model(path)
+
+
+def test_a_full_disk_gives_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = save_checkpoint(tmp_path / "last.pt", checkpoint(1))
+
+    def full_disk(state, handle):
+        handle.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(
+        CheckpointWriteError,
+        match=f"could not write {path}: no space left on the device.*the previous last.pt is unchanged",
+    ) as error:
+        save_checkpoint(path, checkpoint(2))
+    assert error.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(path)["weights"], torch.ones(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_orphan_temporaries_are_removed(tmp_path):
+    (tmp_path / ".last.pt.k2j3.tmp").write_bytes(b"x")
+    (tmp_path / "last.pt").write_bytes(b"y")
+    assert remove_orphan_temporaries(tmp_path) == [tmp_path / ".last.pt.k2j3.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]

@@ -12,10 +12,11 @@ import shutil
 import pytest
 import torch
 
-from annotated_transformer.config import TransformerConfig
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.data.batch import Batch
 from annotated_transformer.model import build_model
-from annotated_transformer.train import TrainConfig, Trainer, seed_everything
+from annotated_transformer.train import seed_everything
+from annotated_transformer.trainer import Trainer
 
 VOCAB = 24
 

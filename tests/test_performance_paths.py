@@ -11,10 +11,11 @@ import torch.nn.functional as F
 
 import annotated_transformer as at
 from annotated_transformer.checkpoint import load_checkpoint
-from annotated_transformer.config import TransformerConfig
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.data.batch import Batch
 from annotated_transformer.model import build_model
-from annotated_transformer.train import TrainConfig, Trainer, TrainingDiverged, seed_everything
+from annotated_transformer.train import TrainingDiverged, seed_everything
+from annotated_transformer.trainer import Trainer
 
 VOCAB = 13
 attention_module = importlib.import_module("annotated_transformer.attention")

@@ -5,14 +5,13 @@ import torch
 import torch.nn.functional as F
 
 from annotated_transformer.checkpoint import load_checkpoint
-from annotated_transformer.config import TransformerConfig
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.data.batch import Batch
 from annotated_transformer.losses import LabelSmoothingLoss
 from annotated_transformer.model import build_model
 from annotated_transformer.optim import schedule_lr
+from annotated_transformer.resuming import ResumeMismatch
 from annotated_transformer.train import (
-    TrainConfig,
-    Trainer,
     TrainingDiverged,
     accumulate_gradients,
     data_generator,
@@ -20,6 +19,7 @@ from annotated_transformer.train import (
     forward_logits,
     seed_everything,
 )
+from annotated_transformer.trainer import Trainer
 
 PAD = 0
 VOCAB = 11
@@ -269,7 +269,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
     trainer.save()
     bigger = build_model(TransformerConfig(**{**trainer.model_config.to_dict(), "d_ff": 64}))
     other = Trainer(bigger, quiet_config(max_steps=1), [])
-    with pytest.raises(ValueError, match="d_ff: 32 != 64"):
+    with pytest.raises(ResumeMismatch, match=r"model\.d_ff: 32 -> 64 \(may not change on resume\)"):
         other.resume(tmp_path / "last.pt")
 
 
@@ -321,12 +321,30 @@ def test_early_stopping_after_patience_evaluations_without_improvement(tmp_path)
     assert [row["eval_score"] for row in trainer.history if "eval_score" in row] == [1, 2, 2, 1.5]
 
 
-def test_an_unknown_early_stopping_metric_is_named_at_the_first_evaluation():
+def test_an_unknown_early_stopping_metric_is_refused_before_any_work():
     config = quiet_config(eval_every=1, early_stopping_metric="bleu")
     generator = torch.Generator().manual_seed(0)
-    trainer = Trainer(tiny_model(), config, RandomSource(), [random_batch(generator)])
-    with pytest.raises(ValueError, match="'bleu' is not among the evaluation metrics: loss"):
+    message = r"early_stopping_metric='bleu' is not among the evaluation metrics: loss, perplexity"
+    with pytest.raises(ValueError, match=message):
+        Trainer(tiny_model(), config, RandomSource(), [random_batch(generator)])
+    # With extra metrics the names are known only at the first evaluation.
+    trainer = Trainer(
+        tiny_model(),
+        config,
+        RandomSource(),
+        [random_batch(generator)],
+        extra_metrics=lambda model: {"chrf": 1.0},
+    )
+    with pytest.raises(ValueError, match="'bleu' is not among the evaluation metrics: loss.*chrf"):
         trainer.fit()
+
+
+def test_patience_without_evaluation_data_is_refused():
+    with pytest.raises(
+        ValueError,
+        match="early_stopping_patience=3 needs evaluation data \\(eval_data\\), and this run has none",
+    ):
+        Trainer(tiny_model(), quiet_config(early_stopping_patience=3), RandomSource())
 
 
 def test_history_is_written_as_csv_and_json(tmp_path):

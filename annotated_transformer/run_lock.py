@@ -1,0 +1,193 @@
+"""One run at a time per run directory (chapter 08).
+
+Two runs writing one directory would leave ``last.pt`` from one and ``best.pt`` from the other. A
+:class:`RunLock` is a file, ``run.lock``, created with ``O_CREAT | O_EXCL`` (atomic: of two
+processes creating it, exactly one succeeds) and holding who took it: the process id, the host and
+the start time. It is removed when the run ends, normally or by an exception.
+
+A process killed hard (``kill -9``, a power cut) cannot remove its lock. A lock whose process is
+gone is *stale*: on the same host, where the process id can be checked, the next run takes it
+over with a warning; a lock from another host (a shared file system) cannot be checked and is
+refused, with the path to remove by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import remove_orphan_temporaries
+
+LOCK_NAME = "run.lock"
+
+
+class RunDirectoryLocked(RuntimeError):
+    """Another live process holds the run directory; the message names it."""
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: checks that the process exists, sends nothing
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    """``pid 123 on host 'x', started 2024-01-01T12:00:00`` from a lock file's content."""
+    return (
+        f"pid {holder.get('pid')} on host {holder.get('host')!r}, started "
+        f"{holder.get('started', 'at an unknown time')}"
+    )
+
+
+class RunLock:
+    """The lock of run directory ``directory``: :meth:`acquire`, :meth:`release`, or ``with``.
+
+    ``acquire`` raises :class:`RunDirectoryLocked` when a live process holds the directory (this
+    one included: two trainers of one process must not share a directory either), takes over a
+    stale lock with a warning, and creates the directory if needed.
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_NAME
+        self.held = False
+        self._token = f"{os.getpid()}-{id(self)}-{os.urandom(4).hex()}"
+
+    def holder(self) -> dict[str, Any] | None:
+        """The content of the lock file (None: no lock). A lock file that cannot be read (being
+        written this instant, or damaged) reads as an unknown holder."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return {}
+        try:
+            holder = json.loads(text)
+        except ValueError:
+            return {}
+        return holder if isinstance(holder, dict) else {}
+
+    def check(self) -> None:
+        """Raise :class:`RunDirectoryLocked` if a live process holds the lock (no side effect)."""
+        holder = self.holder()
+        if holder is not None and not self._stale(holder):
+            raise self._locked_error(holder)
+
+    def acquire(self) -> None:
+        if self.held:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        content = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "token": self._token,
+        }
+        for _ in range(3):
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self.holder()
+                if holder is None:  # released meanwhile: try again
+                    continue
+                if not self._stale(holder):
+                    raise self._locked_error(holder) from None
+                warnings.warn(
+                    f"taking over the stale lock {self.path} of a run that is gone "
+                    f"({describe_holder(holder)})",
+                    stacklevel=2,
+                )
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                continue
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                json.dump(content, handle)
+            self.held = True
+            return
+        raise self._locked_error(self.holder() or {})
+
+    def release(self) -> None:
+        """Remove the lock file if this object holds it (never another process's lock)."""
+        if not self.held:
+            return
+        self.held = False
+        holder = self.holder()
+        if holder is not None and holder.get("token") == self._token:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the lock for the duration, if not held already. On taking it, remove the
+        temporary files that interrupted saves left in the directory (no other run writes there
+        now), with a warning."""
+        if self.held:
+            yield
+            return
+        self.acquire()
+        try:
+            removed = remove_orphan_temporaries(self.directory)
+            if removed:
+                warnings.warn(
+                    f"removed {len(removed)} temporary file(s) left by an interrupted save in "
+                    f"{self.directory}: {', '.join(path.name for path in removed)}",
+                    stacklevel=3,
+                )
+            yield
+        finally:
+            self.release()
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.release()
+
+    def _stale(self, holder: dict[str, Any]) -> bool:
+        pid = holder.get("pid")
+        on_this_host = holder.get("host") == socket.gethostname()
+        return on_this_host and isinstance(pid, int) and not _process_alive(pid)
+
+    def _locked_error(self, holder: dict[str, Any]) -> RunDirectoryLocked:
+        if not holder:
+            who = "an unknown process (the lock file cannot be read)"
+        else:
+            who = describe_holder(holder)
+        return RunDirectoryLocked(
+            f"{self.directory} is in use by another run: {who}. Wait for it to end, or use "
+            f"another directory; if that run is gone (e.g. on another host), remove {self.path}"
+        )
+
+
+def check_run_directory(directory: str | os.PathLike | None, check_lock: bool = True) -> None:
+    """Raise a ValueError if ``directory`` cannot be a run directory (it is a file, or under
+    one), and :class:`RunDirectoryLocked` if a live run holds it (with ``check_lock``). Writes
+    nothing: the command line can call it before any work."""
+    if directory is None:
+        return
+    path = Path(directory)
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(
+                f"checkpoint_dir={str(directory)!r} is not accepted: {parent} is a file, not a "
+                f"directory"
+            )
+        if parent.exists():
+            break
+    if check_lock:
+        RunLock(path).check()
