@@ -15,6 +15,11 @@ Each module holds what one chapter teaches::
     data/          08  data files, tokenizers, corpora, token-budget batches
     metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
     train.py       08  the training loop (checkpoint.py, distributed.py, tasks.py beside it)
+    tasks.py       08  Task, TaskInfo, build_task: the copy task and the data sets, one call
+    fit.py         08  fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
+    evaluation.py  08  translate held-out splits (one budget), score_translations (BLEU/chrF)
+    settings.py    08  section.key=value routing for --config/--set and papermill overrides
+    profiles.py    08  run sizes (smoke / cpu / gpu) per task, for chapters 08-10
     __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
     experiments.py 08  the results store: records with provenance, keyed by their config
     ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
