@@ -13,6 +13,7 @@ from typing import Any
 from ..config import TransformerConfig
 from ..profiles import ABLATION, check_evaluation, run_size
 from ..settings import parse_json_object, resolve_key
+from ..tasks import check_options
 from ..train import TrainConfig
 from .studies import RUNNER_FIELDS, TASK_FIELDS, Scale, get_study, task_kind
 
@@ -164,6 +165,7 @@ def run_configs(
         _apply(sections, user)
         _finish(sections, kind)
         check_evaluation(sections["evaluation"])
+        check_options(task, sections["data"])
         # Validate now, with stand-ins for what the tokenizer decides: a bad value fails before
         # anything trains, with the config classes' own error.
         stand_in = {"vocab_size": 1000, "pad_id": 0 if kind == "translation" else None}
