@@ -16,7 +16,14 @@ Each module holds what one chapter teaches::
     metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
     train.py       08  the functions of training: seeding, one update, evaluation, divergence
     trainer.py     08  the Trainer: the loop (early_stopping.py, resuming.py, run_lock.py,
-                       checkpoint.py, run_state.py, distributed.py, tasks.py beside it)
+                       checkpoint.py, run_state.py, distributed.py beside it)
+    tasks.py       08  Task, TaskInfo, build_task: the copy task and the data sets, one call
+    fit.py         08  fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
+    evaluation.py  08  translate held-out splits (one budget), score_translations (BLEU/chrF)
+    settings.py    08  section.key=value routing for --config/--set and papermill overrides
+    profiles.py    08  run sizes (smoke / cpu / reference / gpu) per task, for chapters 08-10
+    pretrained.py  08  trained models as safetensors + JSON, loaded with no pickle
+    baselines.py   08  unigram and bigram count baselines for language models
     __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
     experiments.py 08  the results store: records with provenance, keyed by their config
     ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3

@@ -32,6 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from .decode import greedy_decode
+from .evaluation import decoding_budget, generated_ids
+from .tasks import TaskInfo
 
 STACKS = {"encoder-decoder": ("encoder", "decoder", "cross"), "decoder-only": ("decoder",)}
 
@@ -110,7 +112,7 @@ def capture_translation(
     model: nn.Module,
     tokenizer: Any,
     source: str,
-    info: dict[str, Any],
+    info: TaskInfo | dict[str, Any],
     *,
     translation: str | None = None,
     decimals: int = 3,
@@ -119,32 +121,28 @@ def capture_translation(
     """The attention of an encoder-decoder translating ``source`` (see the module docstring).
 
     The source is encoded as the training batches build it (its pieces, then ``eos`` when
-    ``info["source_eos"]``). Without ``translation`` the model translates greedily (up to
-    ``max_new_tokens``, by default ``info["max_new_tokens"]`` capped at ``2·S + 10`` as chapter 08
-    decodes); with one, the model reads it teacher-forced. Either way one forward pass with
-    ``return_attention=True`` gives the maps. ``info`` is a task's ``Task.info`` (``bos_id``,
-    ``eos_id``, ``source_eos``, ...).
+    ``info.source_eos``). Without ``translation`` the model translates greedily within
+    :func:`~annotated_transformer.evaluation.decoding_budget` (further capped by
+    ``max_new_tokens``), as every held-out translation is decoded; with one, the model reads it
+    teacher-forced. Either way one forward pass with ``return_attention=True`` gives the maps.
+    ``info`` is a task's :class:`~annotated_transformer.tasks.TaskInfo` (or its dict).
     """
+    info = TaskInfo.from_dict(info)
     was_training = model.training
     model.eval()
     device = _device(model)
-    bos_id, eos_id = info["bos_id"], info["eos_id"]
+    bos_id, eos_id = info.bos_id, info.eos_id
     source_ids = tokenizer.encode(source)
-    if info.get("source_eos", True) and eos_id is not None:
+    if info.source_eos and eos_id is not None:
         source_ids = [*source_ids, eos_id]
     src = torch.tensor([source_ids], dtype=torch.long, device=device)  # [1, S]
     if translation is None:
-        if max_new_tokens is None:
-            limit = info.get("max_new_tokens") or 64
-            max_new_tokens = min(limit, 2 * src.size(1) + 10)
+        budget = decoding_budget(src.size(1), info, model.config.max_len, 1, max_new_tokens)
         decoded = greedy_decode(
-            model, src=src, max_new_tokens=max_new_tokens, bos_id=bos_id, eos_id=eos_id
+            model, src=src, max_new_tokens=budget, bos_id=bos_id, eos_id=eos_id
         )[0].tolist()  # bos, the translation, maybe eos
-        if eos_id is not None and eos_id in decoded[1:]:
-            generated = decoded[1 : decoded.index(eos_id, 1)]
-            ended = True
-        else:
-            generated, ended = decoded[1:], False
+        generated = generated_ids(decoded, info)
+        ended = eos_id is not None and eos_id in decoded[1:]
         translation = tokenizer.decode(generated)
     else:
         generated, ended = tokenizer.encode(translation), eos_id is not None

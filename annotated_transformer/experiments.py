@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from .checkpoint import atomic_write_text
+from .tasks import TASK_ALIASES, canonical_task
 
 RECORD_FIELDS = ("key", "config", "metrics", "history", "provenance", "samples")
 
@@ -123,6 +124,17 @@ def run_key(config: dict[str, Any]) -> str:
     return f"{prefix}-{digest}" if prefix else digest
 
 
+def legacy_keys(config: dict[str, Any]) -> list[str]:
+    """The keys ``config`` had under the task's old names (:data:`~annotated_transformer.tasks.
+    TASK_ALIASES`): records stored before the names were unified are found under them."""
+    task = config.get("task")
+    return [
+        run_key({**config, "task": alias})
+        for alias, name in TASK_ALIASES.items()
+        if name == task and alias != task
+    ]
+
+
 def _plain(value: Any) -> Any:
     """JSON-safe: tensors and numpy numbers to Python numbers, non-finite floats to strings."""
     if isinstance(value, dict):
@@ -192,11 +204,24 @@ class ResultsStore:
         return [self.load(path.stem) for path in sorted(self.root.glob("*.json"))]
 
     def find(self, **filters: Any) -> list[dict[str, Any]]:
-        """Records whose ``config`` has every ``name=value`` of ``filters``, newest first."""
+        """Records whose ``config`` has every ``name=value`` of ``filters``, newest first.
+
+        Task names are compared by :func:`~annotated_transformer.tasks.canonical_task`: a record
+        stored as ``shakespeare`` is found by ``task="tinyshakespeare"`` and the other way round.
+        """
+
+        def same(name: str, stored: Any, wanted: Any) -> bool:
+            if name == "task" and isinstance(stored, str) and isinstance(wanted, str):
+                return canonical_task(stored) == canonical_task(wanted)
+            return stored == wanted
+
         found = [
             record
             for record in self.records()
-            if all(record.get("config", {}).get(name) == value for name, value in filters.items())
+            if all(
+                same(name, record.get("config", {}).get(name), value)
+                for name, value in filters.items()
+            )
         ]
         return sorted(found, key=lambda record: record.get("provenance", {}).get("date", ""))[::-1]
 
@@ -215,8 +240,10 @@ def run_or_load(
     so that a record on disk always has its maps.
     """
     key = run_key(config)
-    if store.exists(key) and not rerun:
-        return store.load(key)
+    if not rerun:
+        for stored in (key, *legacy_keys(config)):
+            if store.exists(stored):
+                return store.load(stored)
     code = code_version()  # before training: a commit made during a long run is not its code
     started = time.perf_counter()
     result = dict(train_fn(config))

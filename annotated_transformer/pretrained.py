@@ -63,7 +63,7 @@ def save_pretrained(
 ) -> Path:
     """Write ``model`` (built by :func:`~annotated_transformer.model.build_model`) to ``directory``.
 
-    ``tokenizer``: anything with ``state_dict()`` (or a plain dict); ``dtype``: one of
+    ``tokenizer``: anything with ``to_dict()`` (or a plain dict); ``dtype``: one of
     ``float16``, ``bfloat16``, ``float32``. Tied weights are stored once. Returns the directory.
     """
     from safetensors.torch import save_model
@@ -76,7 +76,7 @@ def save_pretrained(
     for tensor in stored.state_dict().values():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise ValueError(f"the model has non-finite weights in {dtype}: nothing was written")
-    state = tokenizer if isinstance(tokenizer, dict) else tokenizer.state_dict()
+    state = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
     description = {
         "format": FORMAT,
         "version": VERSION,
@@ -101,7 +101,7 @@ def load_pretrained(directory: str | os.PathLike, device: str | torch.device = "
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    from .tasks import tokenizer_from_state
+    from .data.tokenizers import tokenizer_from_dict
 
     directory = Path(directory)
     if not is_pretrained(directory):
@@ -130,7 +130,7 @@ def load_pretrained(directory: str | os.PathLike, device: str | torch.device = "
         ) from error
     return Pretrained(
         model=model.to(device).eval(),
-        tokenizer=tokenizer_from_state(description["tokenizer"]),
+        tokenizer=tokenizer_from_dict(description["tokenizer"]),
         task=description.get("task", {}),
         metadata=description.get("metadata", {}),
     )

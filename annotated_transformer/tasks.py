@@ -5,19 +5,20 @@ A small model reaches 100% accuracy on fresh sequences in seconds on a CPU; a bu
 the shift, the loss or the schedule shows at once as a model that does not.
 
 A *task* bundles what training and the command line need: a training data source (see
-:mod:`annotated_transformer.train` for the protocol), held-out splits, a tokenizer, defaults for
-the model and the training run, and ``info``, the plain data a checkpoint keeps to rebuild the
-task (its name and options, the special ids). A task builder is a function
-``builder(*, seed, **options) -> Task``; :func:`available_tasks` names ``copy`` and every data set
-of :data:`annotated_transformer.data.DATASETS`: language models (``tinyshakespeare``, ``ptb``,
-``wikitext-2``) train a decoder-only model, translation corpora (``multi30k``, ``cmn-eng``) an
-encoder-decoder.
+:mod:`annotated_transformer.train` for the protocol), held-out splits, a tokenizer (a
+:class:`~annotated_transformer.data.TokenizerProtocol`), defaults for the model and the training
+run, and :class:`TaskInfo`, the plain data a checkpoint keeps to rebuild the task. Every task is
+built by one call, :func:`build_task` ``(name, options, *, seed, arch, tokenizer)``, which checks
+the options (:data:`KIND_OPTIONS`: names and values) before any data is read. ``copy`` and every
+data set of :data:`annotated_transformer.data.DATASETS` is a task (:data:`TASKS`): language
+models (``tinyshakespeare``, ``ptb``, ``wikitext-2``) train a decoder-only model, translation
+corpora (``multi30k``, ``cmn-eng``) an encoder-decoder.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,52 +26,39 @@ import torch
 from torch import Tensor
 
 from .data.batch import Batch
+from .data.tokenizers import DigitTokenizer, TokenizerProtocol, tokenizer_from_dict  # noqa: F401
 
 
-class DigitTokenizer:
-    """Digits ``0``-``9`` and ``|`` (a separator), one token each; whitespace is skipped.
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a checkpoint keeps of its task: enough to rebuild it and to decode with its model.
 
-    Ids: 0 padding, 1 start of sequence, 2 the separator, 3-12 the digits. ``decode`` writes the
-    digits space-separated, so that BLEU sees one word per digit.
+    ``options``: the builder's options (with the copy task's ``arch`` and ``seed``, which decide
+    its data); ``source_eos``: sources end with ``eos`` (translation); ``max_new_tokens``: the
+    longest output the task needs (the first bound of
+    :func:`annotated_transformer.evaluation.decoding_budget`). Stored as a plain dict
+    (:meth:`to_dict`); :meth:`from_dict` reads those dicts, old checkpoints' included.
     """
 
-    pad_id, bos_id, sep_id, offset = 0, 1, 2, 3
-    vocab_size = 13
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    pad_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    source_eos: bool = False
+    max_new_tokens: int | None = None
 
-    def encode(self, text: str) -> list[int]:
-        ids = []
-        for character in text:
-            if character.isspace():
-                continue
-            if character == "|":
-                ids.append(self.sep_id)
-            elif character in "0123456789":
-                ids.append(self.offset + int(character))
-            else:
-                raise ValueError(f"the copy task's text has digits and '|' only, got {character!r}")
-        return ids
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-    def decode(self, ids: list[int]) -> str:
-        words = []
-        for token in ids:
-            if token == self.sep_id:
-                words.append("|")
-            elif token >= self.offset:
-                words.append(str(token - self.offset))
-        return " ".join(words)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"type": "digits"}
-
-
-def tokenizer_from_state(state: Any) -> Any:
-    """Rebuild a tokenizer from the state a checkpoint stored: the copy task's digits here, the
-    data sets' tokenizers by :func:`annotated_transformer.data.tokenizer_from_state`."""
-    if isinstance(state, dict) and state.get("type") == "digits":
-        return DigitTokenizer()
-    from .data import tokenizer_from_state as data_tokenizer_from_state
-
-    return data_tokenizer_from_state(state)
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | TaskInfo | None) -> TaskInfo:
+        if isinstance(data, TaskInfo):
+            return data
+        if not isinstance(data, Mapping) or not data.get("name"):
+            raise ValueError(f"the checkpoint does not say which task it was trained on: {data!r}")
+        known = {item.name for item in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 @dataclass
@@ -80,10 +68,10 @@ class Task:
     name: str
     train: Callable[[int, torch.Generator], Iterator[Batch]]
     splits: dict[str, list[Batch]]  # held-out batches: "valid", "test"
-    tokenizer: Any
+    tokenizer: TokenizerProtocol
     model_defaults: dict[str, Any]  # TransformerConfig fields
-    train_defaults: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields
-    info: dict[str, Any] = field(default_factory=dict)  # name, options, special ids; plain data
+    train_defaults: dict[str, Any]  # TrainConfig fields
+    info: TaskInfo
     references: dict[str, list[str]] = field(default_factory=dict)  # split -> raw target texts
 
 
@@ -155,9 +143,13 @@ def copy_task(
             f"arch={arch!r} is not one of: encoder-decoder, decoder-only (the copy task needs a "
             f"model that generates)"
         )
-    for name, value in (("length", length), ("batch_size", batch_size)):
-        if not (isinstance(value, int) and value > 0):
-            raise ValueError(f"{name}={value!r} is not accepted: use a positive integer")
+    options = {
+        "length": length,
+        "batch_size": batch_size,
+        "batches_per_epoch": batches_per_epoch,
+        "eval_sequences": eval_sequences,
+    }
+    check_options("copy", options)
 
     def held_out(offset: int) -> list[Batch]:
         # Seeds far from the training generators' (which mix seed and epoch), so no overlap by
@@ -167,14 +159,7 @@ def copy_task(
         return list(copy_task_batches(batches, batch_size, length, generator, arch))
 
     tokenizer = DigitTokenizer()
-    options = {
-        "arch": arch,
-        "seed": seed,
-        "length": length,
-        "batch_size": batch_size,
-        "batches_per_epoch": batches_per_epoch,
-        "eval_sequences": eval_sequences,
-    }
+    options = {"arch": arch, "seed": seed, **options}
     return Task(
         name="copy",
         train=CopySource(arch, length, batch_size, batches_per_epoch),
@@ -205,15 +190,9 @@ def copy_task(
             "log_every": 10,
             "early_stopping_metric": "accuracy",
         },
-        info={
-            "name": "copy",
-            "options": options,
-            "pad_id": tokenizer.pad_id,
-            "bos_id": tokenizer.bos_id,
-            "eos_id": None,
-            "source_eos": False,
-            "max_new_tokens": length,
-        },
+        info=TaskInfo(
+            "copy", options, tokenizer.pad_id, tokenizer.bos_id, None, max_new_tokens=length
+        ),
     )
 
 
@@ -275,20 +254,20 @@ def language_model_task(
             "eval_batches": 20,
             "log_every": 50,
         },
-        info={
-            "name": name,
-            "options": {
+        info=TaskInfo(
+            name,
+            {
                 "context_length": context_length,
                 "batch_size": batch_size,
                 "batches_per_epoch": batches_per_epoch,
                 "eval_batch_size": eval_batch_size,
                 "data_dir": data_dir,
             },
-            "pad_id": tokenizer.pad_id,
-            "bos_id": None,
-            "eos_id": None,  # a word-level <eos> ends a line, not the text
-            "max_new_tokens": 200,
-        },
+            tokenizer.pad_id,
+            bos_id=None,
+            eos_id=None,  # a word-level <eos> ends a line, not the text
+            max_new_tokens=200,
+        ),
     )
 
 
@@ -363,9 +342,9 @@ def translation_task(
             "log_every": 50,
             "early_stopping_patience": 5,
         },
-        info={
-            "name": name,
-            "options": {
+        info=TaskInfo(
+            name,
+            {
                 "source": corpus.source,
                 "target": corpus.target,
                 "bpe_vocab_size": bpe_vocab_size,
@@ -374,151 +353,147 @@ def translation_task(
                 "max_train_pairs": max_train_pairs,
                 "data_dir": data_dir,
             },
-            "pad_id": tokenizer.pad_id,
-            "bos_id": tokenizer.bos_id,
-            "eos_id": tokenizer.eos_id,
-            "source_eos": True,  # collate_pairs ends every source with eos
-            "max_new_tokens": max_new_tokens,
-        },
+            tokenizer.pad_id,
+            tokenizer.bos_id,
+            tokenizer.eos_id,
+            source_eos=True,  # collate_pairs ends every source with eos
+            max_new_tokens=max_new_tokens,
+        ),
         references={split: [pair[1] for pair in corpus.splits[split]] for split in held_out},
     )
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 08's run sizes
+# The registry: one builder signature, options checked before any data is read
 
+# Names that records and chapters used before the task names were unified (results/*.json of
+# chapter 08 say "shakespeare"); :func:`canonical_task` maps them to the name users type.
+TASK_ALIASES = {"shakespeare": "tinyshakespeare"}
 
-# How big each of chapter 08's runs is under each profile: `smoke` (seconds on a CPU: the book
-# and CI), `cpu` (a real run of all four tasks in about 13 minutes on 2 idle cores, measured),
-# `gpu` (the full run; Shakespeare follows nanoGPT's character model). Per task: options of its
-# builder ("data"), TransformerConfig fields ("model"), TrainConfig fields ("train"); the copy
-# task gives TrainConfig fields only. Chapter 10 trains its smoke models from the same sizes.
-PROFILES: dict[str, dict[str, dict[str, Any]]] = {
-    "smoke": {
-        "copy": {"max_steps": 250},
-        "shakespeare": {
-            "data": {"context_length": 64, "batch_size": 16},
-            "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "dropout": 0.0},
-            "train": {
-                "max_steps": 60,
-                "warmup": 10,
-                "lr": 3e-3,
-                "eval_every": 30,
-                "eval_batches": 4,
-            },
-        },
-        "multi30k": {
-            "data": {"bpe_vocab_size": 1000, "max_train_pairs": 4000, "max_tokens": 1024},
-            "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "dropout": 0.0},
-            "train": {
-                "max_steps": 60,
-                "warmup": 10,
-                "lr": 3e-3,
-                "eval_every": 30,
-                "eval_batches": 4,
-            },
-            "test_sentences": 64,
-        },
-        "ptb": {
-            "data": {"context_length": 32, "batch_size": 8},
-            "model": {"d_model": 32, "n_heads": 4, "n_layers": 1, "d_ff": 128, "dropout": 0.0},
-            "train": {
-                "max_steps": 40,
-                "warmup": 10,
-                "lr": 3e-3,
-                "eval_every": 20,
-                "eval_batches": 2,
-            },
-        },
+POSITIVE = "a positive integer"
+OPTIONAL_POSITIVE = "a positive integer or null"
+OPTIONAL_TEXT = "a string or null"
+
+# Per kind of task: option -> (default, what is accepted).
+KIND_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
+    "copy": {
+        "length": (10, POSITIVE),
+        "batch_size": (64, POSITIVE),
+        "batches_per_epoch": (100, POSITIVE),
+        "eval_sequences": (512, POSITIVE),
     },
-    "cpu": {
-        "copy": {"max_steps": 400},
-        "shakespeare": {
-            "data": {"context_length": 128, "batch_size": 16},
-            "model": {"d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 512, "dropout": 0.0},
-            "train": {
-                "max_steps": 1500,
-                "warmup": 100,
-                "lr": 2e-3,
-                "eval_every": 250,
-                "eval_batches": 10,
-            },
-        },
-        "multi30k": {
-            "data": {"bpe_vocab_size": 4000, "max_tokens": 2048},
-            "model": {"d_model": 128, "n_heads": 4, "n_layers": 3, "d_ff": 512, "dropout": 0.1},
-            "train": {
-                "max_steps": 1200,
-                "warmup": 150,
-                "lr": 1e-3,
-                "eval_every": 300,
-                "eval_batches": 10,
-            },
-            "test_sentences": None,  # the whole test split
-        },
-        "ptb": {
-            "data": {"context_length": 64, "batch_size": 16},
-            "model": {"d_model": 128, "n_heads": 4, "n_layers": 2, "d_ff": 512, "dropout": 0.1},
-            "train": {
-                "max_steps": 600,
-                "warmup": 60,
-                "lr": 3e-3,
-                "eval_every": 200,
-                "eval_batches": 10,
-            },
-        },
+    "language-model": {
+        "context_length": (128, POSITIVE),
+        "batch_size": (32, POSITIVE),
+        "batches_per_epoch": (1000, POSITIVE),
+        "eval_batch_size": (32, POSITIVE),
+        "data_dir": (None, OPTIONAL_TEXT),
     },
-    "gpu": {
-        "copy": {"max_steps": 400},
-        "shakespeare": {
-            "data": {"context_length": 256, "batch_size": 64},
-            "model": {"d_model": 384, "n_heads": 6, "n_layers": 6, "d_ff": 1536, "dropout": 0.2},
-            "train": {
-                "max_steps": 5000,
-                "warmup": 100,
-                "lr": 1e-3,
-                "min_lr": 1e-4,
-                "eval_every": 250,
-            },
-        },
-        "multi30k": {
-            "data": {"bpe_vocab_size": 8000, "max_tokens": 8192},
-            "model": {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.1},
-            "train": {"max_steps": 10000, "warmup": 1000, "lr": 5e-4, "eval_every": 500},
-            "test_sentences": None,
-        },
-        "ptb": {
-            "data": {"context_length": 256, "batch_size": 64},
-            "model": {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.4},
-            "train": {"max_steps": 10000, "warmup": 500, "lr": 5e-4, "eval_every": 500},
-        },
+    "translation": {
+        "source": (None, OPTIONAL_TEXT),
+        "target": (None, OPTIONAL_TEXT),
+        "bpe_vocab_size": (8000, POSITIVE),
+        "max_tokens": (4096, POSITIVE),
+        "max_length": (64, POSITIVE),
+        "max_train_pairs": (None, OPTIONAL_POSITIVE),
+        "data_dir": (None, OPTIONAL_TEXT),
     },
 }
 
 
-def profile_settings(profile: str) -> dict[str, dict[str, Any]]:
-    """The sizes of chapter 08's runs under ``profile`` (see :data:`PROFILES`)."""
-    if profile not in PROFILES:
-        raise ValueError(f"profile={profile!r} is not one of: {', '.join(PROFILES)}")
-    return PROFILES[profile]
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task's name, its kind (``copy``, ``language-model``, ``translation``) and its options."""
+
+    name: str
+    kind: str
+
+    @property
+    def options(self) -> dict[str, tuple[Any, str]]:
+        return KIND_OPTIONS[self.kind]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return {name: default for name, (default, _) in self.options.items()}
 
 
-TASKS: dict[str, Callable[..., Task]] = {"copy": copy_task}
-
-
-def available_tasks() -> dict[str, Callable[..., Task]]:
-    """The task builders by name: ``copy`` and the data sets of ``annotated_transformer.data``."""
+def _specs() -> dict[str, TaskSpec]:
     from .data import DATASETS
 
-    tasks = dict(TASKS)
-    for name, info in DATASETS.items():
-        builder = language_model_task if info.kind == "language-model" else translation_task
-        tasks[name] = functools.partial(builder, name)
-    return tasks
+    specs = {"copy": TaskSpec("copy", "copy")}
+    for name, info in sorted(DATASETS.items()):
+        specs[name] = TaskSpec(
+            name, "language-model" if info.kind == "language-model" else "translation"
+        )
+    return specs
 
 
-def get_task(name: str) -> Callable[..., Task]:
-    tasks = available_tasks()
-    if name not in tasks:
-        raise ValueError(f"task={name!r} is not one of: {', '.join(sorted(tasks))}")
-    return tasks[name]
+TASKS = _specs()
+
+
+def canonical_task(name: str) -> str:
+    """The task name users type for ``name`` (an old record's ``shakespeare`` included)."""
+    return TASK_ALIASES.get(name, name)
+
+
+def task_spec(name: str) -> TaskSpec:
+    """The spec of task ``name``; an unknown name is a ``ValueError`` listing the tasks."""
+    spec = TASKS.get(canonical_task(str(name)))
+    if spec is None:
+        raise ValueError(f"task={name!r} is not one of: {', '.join(sorted(TASKS))}")
+    return spec
+
+
+def _accepts(value: Any, rule: str) -> bool:
+    if rule == OPTIONAL_TEXT:
+        return value is None or isinstance(value, str)
+    if value is None and rule == OPTIONAL_POSITIVE:
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an unknown option or a bad value for task ``name``, naming the option, the value
+    and what is accepted."""
+    spec = task_spec(name)
+    for key, value in options.items():
+        if key not in spec.options:
+            raise ValueError(
+                f"{key!r} is not an option of the task {spec.name!r}; accepted: "
+                f"{', '.join(spec.options)}"
+            )
+        rule = spec.options[key][1]
+        if not _accepts(value, rule):
+            raise ValueError(f"data.{key}={value!r} is not accepted: use {rule}")
+
+
+def build_task(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    arch: str | None = None,
+    tokenizer: TokenizerProtocol | None = None,
+) -> Task:
+    """Task ``name`` built with ``options`` (see :data:`KIND_OPTIONS`), checked first.
+
+    The one way to build a task, the same call for every task. ``arch``: the model's
+    architecture (the copy task's batches depend on it; the others ignore it). ``tokenizer``: a
+    trained one (a translation task rebuilt from a checkpoint); else one is learnt.
+    """
+    spec = task_spec(name)
+    options = dict(options or {})
+    check_options(spec.name, options)
+    if spec.kind == "copy":
+        return copy_task(arch=arch or "encoder-decoder", seed=seed, **options)
+    if spec.kind == "language-model":
+        return language_model_task(spec.name, seed=seed, **options)
+    return translation_task(spec.name, seed=seed, tokenizer=tokenizer, **options)
+
+
+def task_from_info(info: TaskInfo | Mapping[str, Any], tokenizer: Any = None) -> Task:
+    """Rebuild the task a checkpoint was trained on (its :class:`TaskInfo`), with its tokenizer."""
+    info = TaskInfo.from_dict(info)
+    options = dict(info.options)
+    seed, arch = options.pop("seed", 0), options.pop("arch", None)
+    return build_task(info.name, options, seed=seed, arch=arch, tokenizer=tokenizer)

@@ -325,9 +325,9 @@ def autocast_factory(
 
 
 def tokenizer_state(tokenizer: Any) -> Any:
-    """What a checkpoint stores of a tokenizer: ``tokenizer.state_dict()`` if it has one, else the
+    """What a checkpoint stores of a tokenizer: ``tokenizer.to_dict()`` if it has one, else the
     object as given (a dict or another JSON-serialisable value, or None)."""
-    state = tokenizer.state_dict() if hasattr(tokenizer, "state_dict") else tokenizer
+    state = tokenizer.to_dict() if hasattr(tokenizer, "to_dict") else tokenizer
     try:
         json.dumps(state)
     except (TypeError, ValueError) as error:

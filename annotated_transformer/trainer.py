@@ -109,7 +109,7 @@ class Trainer:
             :mod:`annotated_transformer.train`).
         eval_data: evaluation batches: a list (or other re-iterable), or a data source, called
             with epoch 0 and a fixed generator. None: no evaluation, no early stopping.
-        tokenizer: stored in checkpoints as ``tokenizer.state_dict()`` (or as given, for a dict).
+        tokenizer: stored in checkpoints as ``tokenizer.to_dict()`` (or as given, for a dict).
         task: plain data about the task (its name and options, special ids; a dict or a
             dataclass), stored in checkpoints and compared on resume.
         extra_metrics: ``f(model) -> {name: value}``, merged into every evaluation (e.g. BLEU of

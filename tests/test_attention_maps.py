@@ -33,6 +33,7 @@ from annotated_transformer.attention_maps import (
 from annotated_transformer.data.batching import collate_pairs
 from annotated_transformer.data.tokenizers import BPETokenizer, CharTokenizer
 from annotated_transformer.experiments import ResultsStore
+from annotated_transformer.tasks import TaskInfo
 
 PAIRS = [
     ("Zwei junge Männer spielen Fußball .", "Two young men play soccer ."),
@@ -50,13 +51,9 @@ def bpe():
 
 @pytest.fixture(scope="module")
 def info(bpe):
-    return {
-        "pad_id": bpe.pad_id,
-        "bos_id": bpe.bos_id,
-        "eos_id": bpe.eos_id,
-        "source_eos": True,
-        "max_new_tokens": 12,
-    }
+    return TaskInfo(
+        "multi30k", {}, bpe.pad_id, bpe.bos_id, bpe.eos_id, source_eos=True, max_new_tokens=12
+    )
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +131,7 @@ def test_the_source_is_encoded_as_the_training_batches_build_it(translator, bpe,
 
 
 def info_ids(info):
-    return info["pad_id"], info["bos_id"], info["eos_id"]
+    return info.pad_id, info.bos_id, info.eos_id
 
 
 def test_greedy_capture_reads_the_models_own_translation(translator, bpe, info):
@@ -148,7 +145,7 @@ def test_greedy_capture_reads_the_models_own_translation(translator, bpe, info):
         predicted = translator(src, tgt).argmax(-1)[0].tolist()
     translator.train()
     assert token_strings(bpe, predicted)[: len(record["output_tokens"])] == record["output_tokens"]
-    assert len(record["target_tokens"]) <= 1 + info["max_new_tokens"]
+    assert len(record["target_tokens"]) <= 1 + info.max_new_tokens
 
 
 def test_greedy_maps_are_one_forward_pass_over_the_ids_it_stores(translator, bpe, info):

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer.__main__ import main, parse_value, resolve_settings
-from annotated_transformer.checkpoint import load_checkpoint
+from annotated_transformer.__main__ import main, resolve_settings
+from annotated_transformer.checkpoint import load_checkpoint, load_model
 from annotated_transformer.decode import greedy_decode
-from annotated_transformer.tasks import copy_task, copy_task_batches
-from annotated_transformer.train import load_model
+from annotated_transformer.settings import parse_value
+from annotated_transformer.tasks import copy_task_batches
 
 SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 TINY_MODEL = [
@@ -192,11 +192,13 @@ def test_set_values_are_read_as_json_or_text():
         None,
     ]
     assert parse_value("pre") == "pre"
+    assert parse_value("none", default="sinusoidal") == "none"  # positional=none: a choice
+    assert parse_value("none", default=None) is None  # max_train_pairs=none: no limit
 
 
 def test_settings_are_routed_to_model_train_and_data():
     settings = resolve_settings(
-        copy_task,
+        "copy",
         {"model": {"d_model": 48}, "train": {"lr": 0.01}, "batch_size": 16, "task": "copy"},
         ["n_heads=4", "train.seed=3", "data.length=6", "lr=0.02"],
     )

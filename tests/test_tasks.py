@@ -2,12 +2,15 @@ import pytest
 import torch
 
 from annotated_transformer.config import TransformerConfig
+from annotated_transformer.data import TokenizerProtocol, tokenizer_from_dict
 from annotated_transformer.tasks import (
+    TASKS,
     DigitTokenizer,
+    TaskInfo,
+    build_task,
     copy_batch,
     copy_task,
-    get_task,
-    tokenizer_from_state,
+    task_from_info,
 )
 from annotated_transformer.train import data_generator
 
@@ -34,9 +37,10 @@ def test_the_digit_tokenizer_round_trips_and_names_a_bad_character():
     assert tokenizer.decode([BOS, 6, 4, 7, SEP, PAD]) == "3 1 4 |"
     with pytest.raises(ValueError, match="digits and '\\|' only, got 'x'"):
         tokenizer.encode("3x")
-    assert isinstance(tokenizer_from_state(tokenizer.state_dict()), DigitTokenizer)
-    with pytest.raises(ValueError, match="morse"):  # not ours: the data package's error
-        tokenizer_from_state({"type": "morse"})
+    assert isinstance(tokenizer, TokenizerProtocol)
+    assert isinstance(tokenizer_from_dict(tokenizer.to_dict()), DigitTokenizer)
+    with pytest.raises(ValueError, match="'morse' is not one of: digits, char, word, bpe"):
+        tokenizer_from_dict({"type": "morse"})
 
 
 def test_the_copy_source_is_a_function_of_epoch_and_generator():
@@ -55,23 +59,64 @@ def test_the_copy_task_fits_its_model_defaults_and_holds_out_two_splits():
     assert config.arch == "decoder-only" and config.max_len >= 2 * 6 + 1
     assert [len(task.splits[name]) for name in ("valid", "test")] == [3, 3]
     assert not torch.equal(task.splits["valid"][0].inputs, task.splits["test"][0].inputs)
-    assert task.info["options"]["length"] == 6
-    assert get_task("copy")(**task.info["options"]).info == task.info
+    assert task.info.options["length"] == 6
+    assert task_from_info(task.info.to_dict()).info == task.info
 
 
 def test_unknown_tasks_and_architectures_are_named():
     with pytest.raises(ValueError, match="task='wmt' is not one of: cmn-eng, copy, multi30k, ptb"):
-        get_task("wmt")
+        build_task("wmt")
     with pytest.raises(ValueError, match="arch='encoder-only' is not one of"):
         copy_task(arch="encoder-only")
 
 
-def test_profile_settings_names_the_profiles_and_refuses_others():
-    from annotated_transformer.tasks import PROFILES, profile_settings
+def test_every_task_is_built_by_one_call_with_the_same_signature():
+    assert sorted(TASKS) == ["cmn-eng", "copy", "multi30k", "ptb", "tinyshakespeare", "wikitext-2"]
+    task = build_task("copy", {"length": 4, "eval_sequences": 8}, seed=3, arch="decoder-only")
+    assert task.model_defaults["arch"] == "decoder-only"
+    assert task.info.options == {
+        "arch": "decoder-only",
+        "seed": 3,
+        "length": 4,
+        "batch_size": 64,
+        "batches_per_epoch": 100,
+        "eval_sequences": 8,
+    }
+    rebuilt = task_from_info(task.info)
+    assert torch.equal(rebuilt.splits["test"][0].inputs, task.splits["test"][0].inputs)
 
-    assert list(PROFILES) == ["smoke", "cpu", "gpu"]
-    assert profile_settings("cpu") is PROFILES["cpu"]
-    for settings in PROFILES.values():
-        assert set(settings) == {"copy", "shakespeare", "multi30k", "ptb"}
-    with pytest.raises(ValueError, match="profile='fast' is not one of: smoke, cpu, gpu"):
-        profile_settings("fast")
+
+def test_task_info_reads_the_dicts_that_old_checkpoints_stored():
+    old_language_model = {  # no source_eos: written before TaskInfo existed
+        "name": "tinyshakespeare",
+        "options": {"context_length": 64},
+        "pad_id": None,
+        "bos_id": None,
+        "eos_id": None,
+        "max_new_tokens": 200,
+    }
+    info = TaskInfo.from_dict(old_language_model)
+    assert (info.source_eos, info.max_new_tokens, info.pad_id) == (False, 200, None)
+    assert TaskInfo.from_dict(info.to_dict()) == info
+    with pytest.raises(ValueError, match="does not say which task"):
+        TaskInfo.from_dict({"options": {}})
+
+
+@pytest.mark.parametrize(
+    ("task", "options", "message"),
+    [
+        ("copy", {"length": 0}, "data.length=0 is not accepted: use a positive integer"),
+        ("copy", {"batches_per_epoch": -1}, "data.batches_per_epoch=-1 is not accepted"),
+        ("copy", {"eval_sequences": 0}, "data.eval_sequences=0 is not accepted"),
+        ("copy", {"context_length": 8}, "'context_length' is not an option of the task 'copy'"),
+        ("tinyshakespeare", {"context_length": 0}, "data.context_length=0 is not accepted"),
+        ("ptb", {"batch_size": -1}, "data.batch_size=-1 is not accepted"),
+        ("multi30k", {"max_train_pairs": 0}, "data.max_train_pairs=0 is not accepted"),
+        ("multi30k", {"bpe_vocab_size": 1.5}, "data.bpe_vocab_size=1.5 is not accepted"),
+        ("multi30k", {"source": 3}, "data.source=3 is not accepted: use a string or null"),
+    ],
+)
+def test_task_options_are_checked_before_any_data_is_read(task, options, message):
+    with pytest.raises(ValueError) as error:
+        build_task(task, options)
+    assert message in str(error.value)

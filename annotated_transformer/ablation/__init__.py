@@ -64,7 +64,6 @@ from .runs import (  # noqa: F401
     load_task,
     prefix_lm_batch,
     train_run,
-    translate,
 )
 from .statistics import (  # noqa: F401
     curves,

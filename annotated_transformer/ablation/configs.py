@@ -6,14 +6,15 @@ Part of :mod:`annotated_transformer.ablation` (chapter 09).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import TransformerConfig
-from ..train import TrainConfig
-from .studies import RUNNER_FIELDS, SECTIONS, TASK_FIELDS, Scale, get_study, task_kind
+from ..config import TrainConfig, TransformerConfig
+from ..profiles import ABLATION, check_evaluation, run_size
+from ..settings import parse_json_object, resolve_key
+from ..tasks import check_options
+from .studies import RUNNER_FIELDS, TASK_FIELDS, Scale, get_study, task_kind
 
 # What every profile shares: the paper's base model (Table 3, "base") with pre-norm (chapter 04:
 # post-norm needs a warmup it may not get in a short run; the norm_position study measures it),
@@ -39,76 +40,8 @@ BASE = {
     },
 }
 
-PROFILES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
-    # Seconds per run on a 2-core CPU: proves the pipeline, measures nothing.
-    "smoke": {
-        "translation": {
-            "data": {
-                "bpe_vocab_size": 600,
-                "max_train_pairs": 2000,
-                "max_tokens": 512,
-                "max_length": 32,
-            },
-            "model": {"d_model": 32, "d_ff": 64},
-            "train": {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
-            "evaluation": {"test_sentences": 64, "bleu_resamples": 20, "max_new_tokens": 16},
-        },
-        "language-model": {
-            "data": {"context_length": 64, "batch_size": 16},
-            "model": {"d_model": 32, "d_ff": 64},
-            "train": {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
-            "evaluation": {"eval_batches": 8},
-        },
-    },
-    # A real study on a 2-core CPU: about a minute and a half per run (400 updates measured
-    # 65 s on a shared 2-core CPU), a 15-run study in under half an hour.
-    "cpu": {
-        "translation": {
-            "data": {"bpe_vocab_size": 2000, "max_train_pairs": 10000, "max_tokens": 1024},
-            "model": {"d_model": 64, "d_ff": 256},
-            "train": {"max_steps": 600, "warmup": 60, "lr": 2e-3, "eval_every": 150},
-            "evaluation": {"test_sentences": None, "bleu_resamples": 100},
-        },
-        "language-model": {
-            "data": {"context_length": 128, "batch_size": 16},
-            "model": {"d_model": 64, "d_ff": 256},
-            "train": {"max_steps": 500, "warmup": 50, "lr": 2e-3, "eval_every": 100},
-            "evaluation": {"eval_batches": 40},
-        },
-    },
-    # One GPU (sized for an H100, bf16 autocast): a minute or two per run, several runs at once.
-    "gpu": {
-        "translation": {
-            "data": {"bpe_vocab_size": 8000, "max_tokens": 4096},
-            "model": {"d_model": 256, "d_ff": 1024},
-            "train": {
-                "max_steps": 2500,
-                "warmup": 250,
-                "lr": 1e-3,
-                "eval_every": 250,
-                "precision": "bf16",
-            },
-            "evaluation": {"test_sentences": None, "bleu_resamples": 200},
-        },
-        "language-model": {
-            "data": {"context_length": 256, "batch_size": 64},
-            "model": {"d_model": 256, "d_ff": 1024},
-            "train": {
-                "max_steps": 2000,
-                "warmup": 200,
-                "lr": 1e-3,
-                "eval_every": 250,
-                "precision": "bf16",
-            },
-            "evaluation": {"eval_batches": None},
-        },
-    },
-}
-_PROFILE_TRAIN = {
-    "smoke": {"eval_batches": 2, "log_every": 4},
-    "cpu": {"eval_batches": 10, "log_every": 20},
-    "gpu": {"eval_batches": 20, "log_every": 50},
-}
+# The run sizes per profile and task live in annotated_transformer.profiles (ABLATION).
+PROFILES = ABLATION
 
 TASK_OPTIONS = {
     "translation": (
@@ -141,46 +74,16 @@ def accepted_fields(kind: str) -> dict[str, tuple[str, ...]]:
 
 
 def parse_overrides(overrides: dict[str, Any] | str | None, kind: str) -> dict[str, Any]:
-    """User overrides as ``{"section.field": value}``, validated.
+    """User overrides as ``{"section.field": value}``, validated by the settings router.
 
     ``overrides`` is a dict or its JSON text (what ``papermill -p overrides '{...}'`` passes).
     A bare field name (``"max_steps"``) is accepted when exactly one section has it. An unknown
     field is a ``ValueError`` naming it and listing the accepted ones.
     """
-    if overrides is None or (isinstance(overrides, str) and not overrides.strip()):
-        return {}
-    if isinstance(overrides, str):
-        try:
-            overrides = json.loads(overrides)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"overrides must be a JSON object such as "
-                f'\'{{"model.d_model": 128, "train.max_steps": 500}}\', got {overrides!r}: {error}'
-            ) from error
-    if not isinstance(overrides, dict):
-        raise ValueError(f"overrides must be a dict or a JSON object, got {type(overrides)}")
-    fields = accepted_fields(kind)
+    fields = {section: dict.fromkeys(names) for section, names in accepted_fields(kind).items()}
     parsed = {}
-    for name, value in overrides.items():
-        section, _, field_name = str(name).rpartition(".")
-        if not section:
-            owners = [owner for owner, names in fields.items() if field_name in names]
-            if len(owners) != 1:
-                where = f"it is in {' and '.join(owners)}" if owners else "no section has it"
-                raise ValueError(
-                    f"override {name!r}: write it as section.field ({where}); sections: "
-                    f"{', '.join(SECTIONS)}"
-                )
-            section = owners[0]
-        if section not in fields:
-            raise ValueError(
-                f"override {name!r}: section {section!r} is not one of: {', '.join(SECTIONS)}"
-            )
-        if field_name not in fields[section]:
-            raise ValueError(
-                f"override {name!r}: {field_name!r} is not a {section} field of a {kind} run; "
-                f"accepted are: {', '.join(fields[section])}"
-            )
+    for name, value in parse_json_object(overrides).items():
+        section, field_name = resolve_key(str(name), fields)
         parsed[f"{section}.{field_name}"] = value
     return parsed
 
@@ -194,7 +97,13 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
             raise ValueError(f"seeds={seeds} is not accepted: use at least 1")
         return list(range(seeds))
     if isinstance(seeds, str):
-        seeds = [int(part) for part in seeds.replace(" ", "").split(",") if part]
+        parts = [part for part in seeds.replace(" ", "").split(",") if part]
+        if not all(part.isdigit() for part in parts):
+            raise ValueError(
+                f"seeds={seeds!r} is not accepted: use a count (3) or distinct integers >= 0 "
+                f"separated by commas ('3,4')"
+            )
+        seeds = [int(part) for part in parts]
     chosen = [int(seed) for seed in seeds]
     if not chosen or any(seed < 0 for seed in chosen) or len(set(chosen)) != len(chosen):
         raise ValueError(f"seeds={seeds!r} is not accepted: use distinct integers >= 0")
@@ -238,7 +147,7 @@ def run_configs(
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is not one of: {', '.join(PROFILES)}")
     user = parse_overrides(overrides, kind)
-    settings = PROFILES[profile][kind]
+    settings = run_size(profile, task, "ablation")
     configs = []
     for variant in chosen.variants(kind):
         sections = {
@@ -247,13 +156,15 @@ def run_configs(
                 **BASE["model"],
                 **settings["model"],
             },
-            "train": {**BASE["train"], **_PROFILE_TRAIN[profile], **settings["train"]},
+            "train": {**BASE["train"], **settings["train"]},
             "data": dict(settings["data"]),
             "evaluation": {"decode": "greedy", **settings["evaluation"]},
         }
         _apply(sections, variant.overrides)
         _apply(sections, user)
         _finish(sections, kind)
+        check_evaluation(sections["evaluation"])
+        check_options(task, sections["data"])
         # Validate now, with stand-ins for what the tokenizer decides: a bad value fails before
         # anything trains, with the config classes' own error.
         stand_in = {"vocab_size": 1000, "pad_id": 0 if kind == "translation" else None}
@@ -282,7 +193,7 @@ def task_fields(task: Any, arch: str) -> dict[str, Any]:
     fields["tie_embeddings"] = defaults.get("tie_embeddings", False)
     if arch == "encoder-decoder":
         fields["share_embeddings"] = defaults.get("share_embeddings", False)
-    elif task.info.get("source_eos"):  # a translation task read by one stack: source + target
+    elif task.info.source_eos:  # a translation task read by one stack: source + target
         fields["max_len"] = 2 * defaults["max_len"]
     return fields
 

@@ -14,14 +14,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from ..data.batch import Batch
-from ..decode import greedy_decode
+from ..evaluation import score_translations, translate
 from ..experiments import canonical_json
-from ..metrics import bleu_interval, corpus_bleu, corpus_chrf
-from ..model import build_model, count_parameters
-from ..train import Trainer, TrainingDiverged, evaluate, seed_everything
+from ..fit import fit_task
+from ..model import count_parameters
+from ..tasks import build_task
+from ..train import evaluate
 from .configs import build_configs, task_fields
 from .studies import task_kind
 
@@ -61,64 +62,6 @@ class PrefixSource:
         return (prefix_lm_batch(batch, self.pad_id) for batch in self.source(epoch, generator))
 
 
-def translate(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    task: Any,
-    limit: int | None,
-    max_new_tokens: int | None = None,
-) -> list[str]:
-    """Greedy translations of the first ``limit`` sentences of ``batches`` (all: None), in order,
-    of at most ``2 S + 10`` tokens for a source of ``S`` (and at most ``max_new_tokens``).
-
-    Encoder-decoder: :func:`~annotated_transformer.decode.greedy_decode` from ``<s>`` on the KV
-    cache. One stack: the prompt ``source </s> <s>``; sources of equal length from all batches are
-    decoded together (a prompt has no padding inside); decoder-only on the cache, encoder-only
-    without it (``use_cache=False``: the whole sequence again at every step).
-    """
-    info, tokenizer = task.info, task.tokenizer
-    pad, bos, eos = info["pad_id"], info["bos_id"], info["eos_id"]
-    device = next(model.parameters()).device
-    arch = model.config.arch
-
-    def budget(source_length: int) -> int:
-        return min(info["max_new_tokens"], 2 * source_length + 10, max_new_tokens or math.inf)
-
-    outputs: list[str] = []
-    sources: list[Tensor] = []  # one stack: every source (with its </s>), decoded below
-    for batch in batches:
-        if limit is not None and len(outputs) + len(sources) >= limit:
-            break
-        src = batch.src.to(device)  # [B, S]
-        if arch == "encoder-decoder":
-            tokens = greedy_decode(
-                model, src=src, max_new_tokens=budget(src.size(1)), bos_id=bos, eos_id=eos
-            )
-            outputs += [tokenizer.decode(row.tolist()) for row in tokens]
-        else:
-            sources += [row[row != pad] for row in src]
-    sources = sources[:limit] if limit is not None else sources
-    texts: list[str] = [""] * len(sources)
-    lengths = [len(source) for source in sources]
-    for length in sorted(set(lengths)):
-        rows = [row for row, value in enumerate(lengths) if value == length]
-        for chunk in range(0, len(rows), 256):
-            group = rows[chunk : chunk + 256]
-            start = torch.full((len(group), 1), bos, dtype=torch.long, device=device)
-            prompt = torch.cat([torch.stack([sources[row] for row in group]), start], 1)
-            tokens = greedy_decode(  # prompt: [b, length + 1]
-                model,
-                prompt=prompt,
-                max_new_tokens=budget(length),
-                eos_id=eos,
-                use_cache=arch == "decoder-only",  # encoder-only: bidirectional, no cache
-            )
-            for row, generated in zip(group, tokens[:, length + 1 :], strict=True):
-                texts[row] = tokenizer.decode(generated.tolist())
-    outputs += texts
-    return outputs[:limit] if limit is not None else outputs
-
-
 @torch.no_grad()
 def last_position_loss(
     model: nn.Module, batches: Iterable[Batch], max_batches: int | None = None
@@ -145,9 +88,7 @@ def last_position_loss(
 
 @functools.lru_cache(maxsize=4)
 def _load_task(name: str, options_json: str) -> Any:
-    from ..tasks import get_task
-
-    return get_task(name)(**json.loads(options_json))
+    return build_task(name, json.loads(options_json))
 
 
 def load_task(name: str, options: dict[str, Any]) -> Any:
@@ -168,25 +109,26 @@ def train_run(config: dict[str, Any], device: str = "auto") -> dict[str, Any]:
     task = load_task(config["task"], config["data"])
     arch = config["model"]["arch"]
     model_config, train_config = build_configs(config, task_fields(task, arch), device)
-    seed_everything(config["seed"])  # before the model: a seed gives the same weights
-    model = build_model(model_config)
     pad = model_config.pad_id
     train_data, splits = task.train, dict(task.splits)
-    one_stack = kind == "translation" and arch != "encoder-decoder"
-    if one_stack:
+    if kind == "translation" and arch != "encoder-decoder":  # one stack: a prefix LM
         train_data = PrefixSource(task.train, pad)
         splits = {
             name: [prefix_lm_batch(b, pad) for b in batches] for name, batches in splits.items()
         }
-    trainer = Trainer(model, train_config, train_data, splits["valid"])
-    metrics: dict[str, Any] = {"parameters": count_parameters(model)}
-    try:
-        history = trainer.fit()
-    except TrainingDiverged as error:
-        metrics.update({"diverged": True, "diverged_at": error.step})
-        return {"metrics": metrics, "history": trainer.history, "device": trainer.device}
-    model = trainer.model.eval()
-    evaluation = config["evaluation"]
+    fit = fit_task(
+        task,
+        model_config,
+        train_config,
+        train_data=train_data,
+        eval_data=splits["valid"],
+        raise_on_divergence=False,
+    )
+    metrics: dict[str, Any] = {"parameters": count_parameters(fit.model)}
+    if fit.diverged is not None:
+        metrics.update({"diverged": True, "diverged_at": fit.diverged.step})
+        return {"metrics": metrics, "history": fit.history, "device": fit.device}
+    model, evaluation = fit.model, config["evaluation"]
     samples: dict[str, Any] = {}
     if kind == "translation":
         test = evaluate(model, splits["test"], pad, precision=train_config.precision)
@@ -194,23 +136,27 @@ def train_run(config: dict[str, Any], device: str = "auto") -> dict[str, Any]:
         limit = evaluation.get("test_sentences")
         references = task.references["test"][:limit]
         hypotheses = translate(
-            model, task.splits["test"], task, limit, evaluation.get("max_new_tokens")
+            model,
+            task.splits["test"],
+            task.tokenizer,
+            task.info,
+            limit=limit,
+            max_new_tokens=evaluation.get("max_new_tokens"),
         )
-        bleu = corpus_bleu(hypotheses, references)
+        scores = score_translations(
+            hypotheses, references, resamples=evaluation.get("bleu_resamples") or 0
+        )
         metrics.update(
             {
-                "test_bleu": bleu.score,
-                "test_chrf": corpus_chrf(hypotheses, references).score,
-                "bleu_signature": bleu.signature,
-                "test_sentences": len(references),
+                "test_bleu": scores.bleu,
+                "test_chrf": scores.chrf,
+                "bleu_signature": scores.signature,
+                "test_sentences": scores.sentences,
                 "decode": "greedy",
             }
         )
-        if evaluation.get("bleu_resamples"):
-            interval = bleu_interval(
-                hypotheses, references, resamples=evaluation["bleu_resamples"], seed=0
-            )
-            metrics.update({"test_bleu_low": interval.low, "test_bleu_high": interval.high})
+        if scores.bleu_low is not None:
+            metrics.update({"test_bleu_low": scores.bleu_low, "test_bleu_high": scores.bleu_high})
         samples = {"reference": references[:3], "hypothesis": hypotheses[:3]}
     else:
         split = "test" if "test" in splits else "valid"  # Tiny Shakespeare has no test split
@@ -227,4 +173,4 @@ def train_run(config: dict[str, Any], device: str = "auto") -> dict[str, Any]:
                 f"{split}_tokens": result["tokens"],
             }
         )
-    return {"metrics": metrics, "history": history, "samples": samples, "device": trainer.device}
+    return {"metrics": metrics, "history": fit.history, "samples": samples, "device": fit.device}

@@ -20,12 +20,13 @@ from .text import (
 from .tokenizers import (
     BPETokenizer,
     CharTokenizer,
+    DigitTokenizer,
     Tokenizer,
+    TokenizerProtocol,
     WordTokenizer,
     load_tokenizer,
     segment_cjk,
     tokenizer_from_dict,
-    tokenizer_from_state,
 )
 from .translation import (
     EncodedPair,
@@ -50,7 +51,9 @@ __all__ = [
     "EncodedPair",
     "LanguageModelCorpus",
     "SentencePair",
+    "DigitTokenizer",
     "Tokenizer",
+    "TokenizerProtocol",
     "TranslationCorpus",
     "TranslationSource",
     "WindowSource",
@@ -71,7 +74,6 @@ __all__ = [
     "stable_split",
     "token_budget_batches",
     "tokenizer_from_dict",
-    "tokenizer_from_state",
     "train_tokenizer",
     "translation_batches",
 ]

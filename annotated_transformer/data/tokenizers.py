@@ -7,8 +7,9 @@ Every tokenizer has the same small interface, :class:`Tokenizer`:
   (``None`` where the vocabulary has no such token);
 - ``to_dict()`` / :func:`tokenizer_from_dict`: a state of plain ``str``, ``int``, ``list`` and
   ``dict``, so a checkpoint holds the tokenizer and ``torch.load(..., weights_only=True)`` reads
-  it back (``state_dict()`` and :func:`tokenizer_from_state` are the same under the names the
-  trainer uses); ``save(path)`` / :func:`load_tokenizer` do the same through a JSON file.
+  it back. That is the one save/load pair of every tokenizer (:class:`TokenizerProtocol`, which
+  the copy task's :class:`DigitTokenizer` follows too); ``save(path)`` / :func:`load_tokenizer`
+  write the same state to a JSON file.
 
 The language-model tokenizers have no padding token by default: their batches are fixed-length
 windows that never need padding, and the vocabulary sizes stay the published ones (Tiny
@@ -26,7 +27,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 SEGMENT_CHOICES = ("none", "jieba", "char")
 BPE_SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -45,8 +46,71 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 _SPACE_BETWEEN_CJK = re.compile(f"(?<=[{_CJK}]) (?=[{_CJK}])")
 
 
+@runtime_checkable
+class TokenizerProtocol(Protocol):
+    """What training, decoding and checkpoints need of a tokenizer: text to ids and back, the
+    special ids (``None`` where the vocabulary has none), and ``to_dict()``, the JSON-safe state
+    that :func:`tokenizer_from_dict` turns back into the tokenizer."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int | None: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class DigitTokenizer:
+    """The copy task's tokenizer: digits ``0``-``9`` and ``|`` (a separator), one token each;
+    whitespace is skipped.
+
+    Ids: 0 padding, 1 start of sequence, 2 the separator, 3-12 the digits. ``decode`` writes the
+    digits space-separated, so that BLEU sees one word per digit.
+    """
+
+    pad_id, bos_id, eos_id, sep_id, offset = 0, 1, None, 2, 3
+    vocab_size = 13
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for character in text:
+            if character.isspace():
+                continue
+            if character == "|":
+                ids.append(self.sep_id)
+            elif character in "0123456789":
+                ids.append(self.offset + int(character))
+            else:
+                raise ValueError(f"the copy task's text has digits and '|' only, got {character!r}")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        words = []
+        for token in (int(index) for index in ids):
+            if token == self.sep_id:
+                words.append("|")
+            elif token >= self.offset:
+                words.append(str(token - self.offset))
+        return " ".join(words)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "digits"}
+
+
 class Tokenizer(ABC):
-    """What every tokenizer offers; the special ids are found by their token strings."""
+    """The data sets' tokenizers (a :class:`TokenizerProtocol`); the special ids are found by
+    their token strings."""
 
     pad_token = "<pad>"
     bos_token = "<s>"
@@ -96,10 +160,6 @@ class Tokenizer(ABC):
     @property
     def mask_id(self) -> int | None:
         return self.token_to_id(self.mask_token)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The same as :meth:`to_dict`: the name the trainer looks for when it checkpoints."""
-        return self.to_dict()
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w", encoding="utf-8") as file:
@@ -326,9 +386,11 @@ def _jieba() -> Any:
     return tokenizer
 
 
-def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from :meth:`Tokenizer.to_dict`'s state."""
-    kind = state.get("type")
+def tokenizer_from_dict(state: dict[str, Any]) -> TokenizerProtocol:
+    """Rebuild a tokenizer from its ``to_dict()`` state (any :class:`TokenizerProtocol`)."""
+    kind = state.get("type") if isinstance(state, dict) else None
+    if kind == "digits":
+        return DigitTokenizer()
     if kind == "char":
         return CharTokenizer(state["symbols"], state["specials"])
     if kind == "word":
@@ -337,10 +399,7 @@ def tokenizer_from_dict(state: dict[str, Any]) -> Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         return BPETokenizer(HFTokenizer.from_str(state["tokenizer"]), state["segment"])
-    raise ValueError(f"tokenizer type {kind!r} is not one of: char, word, bpe")
-
-
-tokenizer_from_state = tokenizer_from_dict  # the name the trainer's checkpoints look for
+    raise ValueError(f"tokenizer type {kind!r} is not one of: digits, char, word, bpe")
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

@@ -1,0 +1,101 @@
+"""From a task to a trained model: seed, build the model, train (chapter 08).
+
+:func:`fit_task` is the one place that does it, for the command line's ``train``, chapter 08, the
+ablation runner (chapter 09) and chapter 10's smoke models: seeding happens before the model is
+built, so a seed gives the same initial weights everywhere; the checkpoint keeps the task's
+:class:`~annotated_transformer.tasks.TaskInfo` and the tokenizer's ``to_dict()`` state.
+:func:`run_configs` merges a task's defaults with settings into the two validated configs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .config import TrainConfig, TransformerConfig
+from .data.batch import Batch
+from .model import build_model
+from .tasks import Task
+from .train import TrainingDiverged, seed_everything
+from .trainer import Trainer
+
+
+@dataclass
+class Fit:
+    """A finished (or diverged) run: the model in eval mode, its trainer, the history, the
+    device it ran on, and the divergence when ``raise_on_divergence=False`` caught one."""
+
+    model: nn.Module
+    trainer: Trainer
+    history: list[dict[str, Any]]
+    device: Any
+    diverged: TrainingDiverged | None = None
+
+
+def run_configs(
+    task: Task,
+    model: Mapping[str, Any] | None = None,
+    train: Mapping[str, Any] | None = None,
+    **fixed: Any,
+) -> tuple[TransformerConfig, TrainConfig]:
+    """The task's defaults, then ``model``/``train`` settings, then ``fixed`` TrainConfig fields
+    (``seed``, ``device``, ``checkpoint_dir``, ``progress``), validated by the config classes."""
+    model_config = TransformerConfig.from_dict({**task.model_defaults, **(model or {})})
+    train_config = TrainConfig.from_dict({**task.train_defaults, **(train or {}), **fixed})
+    return model_config, train_config
+
+
+def check_run_dir(path: str | os.PathLike | None) -> None:
+    """Refuse a run directory that cannot be one (a file), before anything trains."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"--out {path} is a file: name a directory for the run")
+
+
+def fit_task(
+    task: Task,
+    model_config: TransformerConfig,
+    train_config: TrainConfig,
+    *,
+    train_data: Any = None,
+    eval_data: Iterable[Batch] | None = None,
+    resume: str | os.PathLike | None = None,
+    allow_changes: Iterable[str] = (),
+    distributed: Any = None,
+    raise_on_divergence: bool = True,
+) -> Fit:
+    """Seed with ``train_config.seed``, build the model, train it on ``task``.
+
+    ``train_data``/``eval_data`` replace the task's training source and validation batches (the
+    ablation runner's prefix-LM reading of a translation task). ``resume``: a checkpoint to
+    continue from; ``allow_changes``: settings (``"train.lr"``) that may differ from the
+    checkpoint's. A run whose loss stops being finite raises
+    :class:`~annotated_transformer.train.TrainingDiverged`, or with
+    ``raise_on_divergence=False`` returns with ``Fit.diverged`` set.
+    """
+    check_run_dir(train_config.checkpoint_dir)
+    seed_everything(train_config.seed)  # before the model: a seed gives the same weights
+    model = build_model(model_config)
+    trainer = Trainer(
+        model,
+        train_config,
+        task.train if train_data is None else train_data,
+        task.splits.get("valid") if eval_data is None else eval_data,
+        tokenizer=task.tokenizer.to_dict(),
+        task=task.info.to_dict(),
+        distributed=distributed,
+    )
+    if resume is not None:
+        trainer.resume(resume, allow_changes=tuple(allow_changes))
+    diverged = None
+    try:
+        trainer.fit()
+    except TrainingDiverged as error:
+        if raise_on_divergence:
+            raise
+        diverged = error
+    return Fit(trainer.model.eval(), trainer, trainer.history, trainer.device, diverged)

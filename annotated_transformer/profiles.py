@@ -1,0 +1,253 @@
+"""Run sizes: how big each task's run is under each profile, in one shape, keyed by task name.
+
+Two families, one shape. :data:`TRAINING` sizes chapter 08's runs (and chapter 10's smoke
+models); :data:`ABLATION` sizes every run of chapter 09's studies. A *profile* names a budget:
+``smoke`` (seconds on a CPU: the book and CI), ``cpu`` (a real run on a 2-core CPU), ``gpu`` (the
+full run on one GPU). Under each profile, each task (by the name users type: ``copy``,
+``tinyshakespeare``, ``multi30k``, ``ptb``, ``wikitext-2``, ``cmn-eng``) has a :data:`RunSize`::
+
+    {"data": task options, "model": TransformerConfig fields, "train": TrainConfig fields,
+     "evaluation": how the run is measured (test_sentences, bleu_resamples, eval_batches, ...)}
+
+Adding a profile (say ``reference``, for long CPU runs) is adding one key with a size per task:
+:func:`run_size` and the chapters find it by name, and its records get keys of their own.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .tasks import canonical_task, task_spec
+
+RunSize = dict[str, dict[str, Any]]
+SECTIONS = ("data", "model", "train", "evaluation")
+
+
+def _size(data=None, model=None, train=None, evaluation=None) -> RunSize:
+    return {
+        "data": data or {},
+        "model": model or {},
+        "train": train or {},
+        "evaluation": evaluation or {},
+    }
+
+
+def _small(d_model: int, n_layers: int, dropout: float, d_ff: int | None = None) -> dict:
+    return {
+        "d_model": d_model,
+        "n_heads": 4,
+        "n_layers": n_layers,
+        "d_ff": d_ff or 4 * d_model,
+        "dropout": dropout,
+    }
+
+
+# Chapter 08. `cpu`: all four of chapter 08's tasks in about 13 minutes on 2 idle cores
+# (measured); `gpu`: Tiny Shakespeare follows nanoGPT's character model. The sizes of the stored
+# records (results/*.json) are these: changing one gives those runs new keys.
+_SMOKE_TRAIN = {"max_steps": 60, "warmup": 10, "lr": 3e-3, "eval_every": 30, "eval_batches": 4}
+TRAINING: dict[str, dict[str, RunSize]] = {
+    "smoke": {
+        "copy": _size(train={"max_steps": 250}),
+        "tinyshakespeare": _size(
+            {"context_length": 64, "batch_size": 16}, _small(64, 2, 0.0), _SMOKE_TRAIN
+        ),
+        "multi30k": _size(
+            {"bpe_vocab_size": 1000, "max_train_pairs": 4000, "max_tokens": 1024},
+            _small(64, 2, 0.0),
+            _SMOKE_TRAIN,
+            {"test_sentences": 64},
+        ),
+        "ptb": _size(
+            {"context_length": 32, "batch_size": 8},
+            _small(32, 1, 0.0),
+            {"max_steps": 40, "warmup": 10, "lr": 3e-3, "eval_every": 20, "eval_batches": 2},
+        ),
+    },
+    "cpu": {
+        "copy": _size(train={"max_steps": 400}),
+        "tinyshakespeare": _size(
+            {"context_length": 128, "batch_size": 16},
+            _small(128, 3, 0.0),
+            {"max_steps": 1500, "warmup": 100, "lr": 2e-3, "eval_every": 250, "eval_batches": 10},
+        ),
+        "multi30k": _size(
+            {"bpe_vocab_size": 4000, "max_tokens": 2048},
+            _small(128, 3, 0.1),
+            {"max_steps": 1200, "warmup": 150, "lr": 1e-3, "eval_every": 300, "eval_batches": 10},
+            {"test_sentences": None},  # the whole test split
+        ),
+        "ptb": _size(
+            {"context_length": 64, "batch_size": 16},
+            _small(128, 2, 0.1),
+            {"max_steps": 600, "warmup": 60, "lr": 3e-3, "eval_every": 200, "eval_batches": 10},
+        ),
+    },
+    "gpu": {
+        "copy": _size(train={"max_steps": 400}),
+        "tinyshakespeare": _size(
+            {"context_length": 256, "batch_size": 64},
+            {"d_model": 384, "n_heads": 6, "n_layers": 6, "d_ff": 1536, "dropout": 0.2},
+            {"max_steps": 5000, "warmup": 100, "lr": 1e-3, "min_lr": 1e-4, "eval_every": 250},
+        ),
+        "multi30k": _size(
+            {"bpe_vocab_size": 8000, "max_tokens": 8192},
+            {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.1},
+            {"max_steps": 10000, "warmup": 1000, "lr": 5e-4, "eval_every": 500},
+            {"test_sentences": None},
+        ),
+        "ptb": _size(
+            {"context_length": 256, "batch_size": 64},
+            {"d_model": 512, "n_heads": 8, "n_layers": 6, "d_ff": 2048, "dropout": 0.4},
+            {"max_steps": 10000, "warmup": 500, "lr": 5e-4, "eval_every": 500},
+        ),
+    },
+}
+# The corpora chapter 08 does not run take their sibling's sizes: WikiText-2 is a word-level
+# corpus like the Penn Treebank, cmn-eng a small parallel corpus like Multi30k.
+for _sizes in TRAINING.values():
+    _sizes["wikitext-2"] = copy.deepcopy(_sizes["ptb"])
+    _sizes["cmn-eng"] = copy.deepcopy(_sizes["multi30k"])
+
+
+def _ablation(translation: RunSize, language_model: RunSize, train: dict) -> dict[str, RunSize]:
+    for size in (translation, language_model):
+        size["train"] = {**train, **size["train"]}
+    return {
+        "multi30k": translation,
+        "cmn-eng": copy.deepcopy(translation),
+        "tinyshakespeare": language_model,
+    }
+
+
+# Chapter 09. `smoke`: seconds per run on a 2-core CPU, proves the pipeline, measures nothing;
+# `cpu`: about a minute and a half per run (400 updates measured 65 s on a shared 2-core CPU), a
+# 15-run study in under half an hour; `gpu`: one H100, bf16, a minute or two per run. The stored
+# records (results/ablation/*.json) carry these sizes in their configs and keys.
+ABLATION: dict[str, dict[str, RunSize]] = {
+    "smoke": _ablation(
+        _size(
+            {"bpe_vocab_size": 600, "max_train_pairs": 2000, "max_tokens": 512, "max_length": 32},
+            {"d_model": 32, "d_ff": 64},
+            {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
+            {"test_sentences": 64, "bleu_resamples": 20, "max_new_tokens": 16},
+        ),
+        _size(
+            {"context_length": 64, "batch_size": 16},
+            {"d_model": 32, "d_ff": 64},
+            {"max_steps": 16, "warmup": 4, "lr": 3e-3, "eval_every": 8},
+            {"eval_batches": 8},
+        ),
+        {"eval_batches": 2, "log_every": 4},
+    ),
+    "cpu": _ablation(
+        _size(
+            {"bpe_vocab_size": 2000, "max_train_pairs": 10000, "max_tokens": 1024},
+            {"d_model": 64, "d_ff": 256},
+            {"max_steps": 600, "warmup": 60, "lr": 2e-3, "eval_every": 150},
+            {"test_sentences": None, "bleu_resamples": 100},
+        ),
+        _size(
+            {"context_length": 128, "batch_size": 16},
+            {"d_model": 64, "d_ff": 256},
+            {"max_steps": 500, "warmup": 50, "lr": 2e-3, "eval_every": 100},
+            {"eval_batches": 40},
+        ),
+        {"eval_batches": 10, "log_every": 20},
+    ),
+    "gpu": _ablation(
+        _size(
+            {"bpe_vocab_size": 8000, "max_tokens": 4096},
+            {"d_model": 256, "d_ff": 1024},
+            {"max_steps": 2500, "warmup": 250, "lr": 1e-3, "eval_every": 250, "precision": "bf16"},
+            {"test_sentences": None, "bleu_resamples": 200},
+        ),
+        _size(
+            {"context_length": 256, "batch_size": 64},
+            {"d_model": 256, "d_ff": 1024},
+            {"max_steps": 2000, "warmup": 200, "lr": 1e-3, "eval_every": 250, "precision": "bf16"},
+            {"eval_batches": None},
+        ),
+        {"eval_batches": 20, "log_every": 50},
+    ),
+}
+FAMILIES = {"training": TRAINING, "ablation": ABLATION}
+
+
+def profile_names(family: str = "training") -> list[str]:
+    return list(_family(family))
+
+
+def _family(family: str) -> dict[str, dict[str, RunSize]]:
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not one of: {', '.join(FAMILIES)}")
+    return FAMILIES[family]
+
+
+def run_size(profile: str, task: str, family: str = "training") -> RunSize:
+    """A copy of the size of ``task``'s run under ``profile``; unknown names are refused with
+    the list of known ones."""
+    sizes = _family(family)
+    if profile not in sizes:
+        raise ValueError(f"profile={profile!r} is not one of: {', '.join(sizes)}")
+    name = canonical_task(task)
+    if name not in sizes[profile]:
+        task_spec(task)  # an unknown task: the list of every task
+        raise ValueError(
+            f"task={task!r} has no {family} size under profile {profile!r}; sized: "
+            f"{', '.join(sizes[profile])}"
+        )
+    return copy.deepcopy(sizes[profile][name])
+
+
+def check_evaluation(evaluation: dict[str, Any]) -> None:
+    """Refuse a bad evaluation setting before anything trains (``test_sentences=-5``)."""
+    for key, value in evaluation.items():
+        if key == "decode":
+            if value != "greedy":
+                raise ValueError(f"evaluation.decode={value!r} is not one of: greedy")
+            continue
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < (key != "bleu_resamples")
+        ):
+            floor = "0" if key == "bleu_resamples" else "1"
+            raise ValueError(
+                f"evaluation.{key}={value!r} is not accepted: use an integer >= {floor} or null"
+            )
+
+
+def parse_task_list(tasks: str | list[str], profile: str, family: str = "training") -> list[str]:
+    """``"copy,tinyshakespeare"`` (a papermill parameter) -> task names, each checked: an unknown
+    name is refused with the tasks this profile sizes."""
+    names = [name.strip() for name in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
+    names = [canonical_task(name) for name in names if name]
+    if not names:
+        raise ValueError(
+            f"tasks={tasks!r} names no task; sized: {', '.join(_family(family)[profile])}"
+        )
+    for name in names:
+        run_size(profile, name, family)
+    return names
+
+
+def training_config(task_name: str, task: Any, profile: str, seed: int) -> dict[str, Any]:
+    """The record config of chapter 08's run of ``task`` (its key in the results store): the
+    task's defaults overridden by the profile's sizes."""
+    size = run_size(profile, task_name)
+    check_evaluation(size["evaluation"])
+    config = {
+        "task": canonical_task(task_name),
+        "profile": profile,
+        "seed": seed,
+        "data": size["data"],
+        "model": {**task.model_defaults, **size["model"]},
+        "train": {**task.train_defaults, **size["train"]},
+    }
+    if "test_sentences" in size["evaluation"]:
+        config["test_sentences"] = size["evaluation"]["test_sentences"]
+    return config
