@@ -234,10 +234,15 @@ def run_or_load(
 ) -> dict[str, Any]:
     """The stored record of ``config``, or ``train_fn(config)`` run, saved and returned.
 
-    ``train_fn`` returns ``{"metrics", "history", "samples"?, "attention"?, "device"?}``; this
-    function adds the key, the config and the provenance (with the wall time it measured and
-    ``config["seed"]``). Attention maps are saved beside the record (:meth:`save_attention`), first,
-    so that a record on disk always has its maps.
+    ``train_fn`` returns ``{"metrics", "history", "samples"?, "attention"?, "device"?,
+    "resumed"?}``; this function adds the key, the config and the provenance (with the wall time it
+    measured and ``config["seed"]``). Attention maps are saved beside the record
+    (:meth:`save_attention`), first, so that a record on disk always has its maps.
+
+    A run that continued from a checkpoint returns ``"resumed": {"wall_time_s": seconds of the
+    earlier parts, "code": the code_version() its first part started with (if known)}``: the
+    record's wall time is then the sum of all parts, and its commit the first part's (the code that
+    did most of the training); the finishing part's commit is kept beside it.
     """
     key = run_key(config)
     if not rerun:
@@ -250,13 +255,23 @@ def run_or_load(
     wall_time = time.perf_counter() - started
     device = result.pop("device", None)
     attention_maps = result.pop("attention", None)
+    resumed = result.pop("resumed", None)
+    first_code = code
+    if resumed:
+        wall_time += float(resumed["wall_time_s"])
+        first_code = resumed.get("code") or code
     record = {
         "config": config,
         "metrics": result.pop("metrics", {}),
         "history": result.pop("history", []),
         "samples": result.pop("samples", {}),
-        "provenance": provenance(config.get("seed", 0), wall_time, device, code),
+        "provenance": provenance(config.get("seed", 0), wall_time, device, first_code),
     }
+    if resumed:
+        record["provenance"]["resumed"] = {
+            "earlier_wall_time_s": float(resumed["wall_time_s"]),
+            "finished_with": code,
+        }
     if result:
         raise ValueError(f"train_fn returned unknown fields: {', '.join(sorted(result))}")
     if attention_maps is not None:

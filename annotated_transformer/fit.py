@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -20,6 +19,7 @@ from torch import nn
 from .config import TrainConfig, TransformerConfig
 from .data.batch import Batch
 from .model import build_model
+from .run_lock import check_run_directory
 from .tasks import Task
 from .train import TrainingDiverged, seed_everything
 from .trainer import Trainer
@@ -28,13 +28,15 @@ from .trainer import Trainer
 @dataclass
 class Fit:
     """A finished (or diverged) run: the model in eval mode, its trainer, the history, the
-    device it ran on, and the divergence when ``raise_on_divergence=False`` caught one."""
+    device it ran on, the divergence when ``raise_on_divergence=False`` caught one, and the
+    training seconds of the earlier parts of a resumed run (0 for a fresh one)."""
 
     model: nn.Module
     trainer: Trainer
     history: list[dict[str, Any]]
     device: Any
     diverged: TrainingDiverged | None = None
+    resumed_elapsed: float = 0.0
 
 
 def run_configs(
@@ -48,12 +50,6 @@ def run_configs(
     model_config = TransformerConfig.from_dict({**task.model_defaults, **(model or {})})
     train_config = TrainConfig.from_dict({**task.train_defaults, **(train or {}), **fixed})
     return model_config, train_config
-
-
-def check_run_dir(path: str | os.PathLike | None) -> None:
-    """Refuse a run directory that cannot be one (a file), before anything trains."""
-    if path is not None and Path(path).exists() and not Path(path).is_dir():
-        raise ValueError(f"--out {path} is a file: name a directory for the run")
 
 
 def fit_task(
@@ -77,7 +73,7 @@ def fit_task(
     :class:`~annotated_transformer.train.TrainingDiverged`, or with
     ``raise_on_divergence=False`` returns with ``Fit.diverged`` set.
     """
-    check_run_dir(train_config.checkpoint_dir)
+    check_run_directory(train_config.checkpoint_dir)  # a file, or a live run's: refused now
     seed_everything(train_config.seed)  # before the model: a seed gives the same weights
     model = build_model(model_config)
     trainer = Trainer(
@@ -91,6 +87,7 @@ def fit_task(
     )
     if resume is not None:
         trainer.resume(resume, allow_changes=tuple(allow_changes))
+    resumed_elapsed = trainer.elapsed
     diverged = None
     try:
         trainer.fit()
@@ -98,4 +95,6 @@ def fit_task(
         if raise_on_divergence:
             raise
         diverged = error
-    return Fit(trainer.model.eval(), trainer, trainer.history, trainer.device, diverged)
+    return Fit(
+        trainer.model.eval(), trainer, trainer.history, trainer.device, diverged, resumed_elapsed
+    )

@@ -104,6 +104,21 @@ def test_run_or_load_trains_only_when_missing_or_asked(tmp_path):
     assert len(calls) == 3
 
 
+def test_a_resumed_run_adds_its_earlier_parts_and_keeps_the_first_commit(tmp_path):
+    first_code = {"git_commit": "a" * 40, "git_dirty": False}
+
+    def train(config):
+        resumed = {"wall_time_s": 1000.0, "code": first_code}
+        return {"metrics": {}, "history": [], "resumed": resumed}
+
+    record = run_or_load(ResultsStore(tmp_path), CONFIG, train)
+    provenance = record["provenance"]
+    assert 1000.0 <= provenance["wall_time_s"] < 1010.0
+    assert provenance["git_commit"] == "a" * 40
+    assert provenance["resumed"]["earlier_wall_time_s"] == 1000.0
+    assert provenance["resumed"]["finished_with"]["git_commit"] != "a" * 40
+
+
 def test_find_filters_on_the_config(tmp_path):
     store = ResultsStore(tmp_path)
     for task, profile in [("copy", "smoke"), ("copy", "cpu"), ("ptb", "cpu")]:
