@@ -28,13 +28,15 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .checkpoint import load_model
+from .checkpoint import atomic_write_text, load_model
 from .config import ARCH_CHOICES, TrainConfig, TransformerConfig
 from .data.tokenizers import tokenizer_from_dict
 from .decode import sample
@@ -46,14 +48,17 @@ from .evaluation import (
     source_batch,
     translate,
 )
-from .fit import check_run_dir, fit_task, run_configs
-from .run_lock import RunDirectoryLocked
+from .experiments import code_version
+from .fit import fit_task, run_configs
+from .profiles import profile_names, run_size
+from .run_lock import RunDirectoryLocked, check_run_directory
 from .settings import dataclass_defaults, flatten, parse_assignment, read_config_file, resolve_key
 from .settings import route as route_settings
 from .tasks import TASKS, TaskInfo, build_task, check_options, task_from_info, task_spec
 from .train import TrainingDiverged, evaluate
 
 SECTIONS = ("model", "train", "data")
+RUN_FILE = "run.json"  # in a run directory: every launch of the run (see record_launch)
 # Failures a user can cause and fix: one message, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked)
 
@@ -61,6 +66,7 @@ EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked)
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what run.json records
     try:
         return args.handler(args)
     except KeyboardInterrupt:
@@ -88,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     train.add_argument("--task", help=f"the task to train on: {', '.join(sorted(TASKS))}")
+    train.add_argument(
+        "--profile", choices=profile_names(),
+        help="start from this profile's run size (chapter 08's sizes: smoke, cpu, reference, gpu)",
+    )  # fmt: skip
     train.add_argument("--config", type=Path, help="a JSON or YAML file of settings")
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -194,11 +204,44 @@ def train_fields(task: str) -> dict[str, dict[str, Any]]:
 
 
 def resolve_settings(
-    task: str, file_settings: dict[str, Any], assignments: list[str]
+    task: str,
+    file_settings: dict[str, Any],
+    assignments: list[str],
+    profile: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The config file's and ``--set``'s keys, routed to the model, train and data sections."""
-    pairs = flatten(file_settings, SECTIONS) + [parse_assignment(item) for item in assignments]
+    """The profile's run size, then the config file's and ``--set``'s keys (later ones win),
+    routed to the model, train and data sections."""
+    base = {} if profile is None else run_size(profile, task)
+    base = {section: base[section] for section in SECTIONS if section in base}
+    pairs = flatten(base, SECTIONS) + flatten(file_settings, SECTIONS)
+    pairs += [parse_assignment(item) for item in assignments]
     return route_settings(pairs, train_fields(task))
+
+
+def record_launch(
+    out: Path,
+    argv: list[str],
+    task: str,
+    profile: str | None,
+    settings: dict[str, dict[str, Any]],
+) -> Path:
+    """Append this launch to ``out/run.json``: the command line, the task, the profile, the
+    settings as given, and the code version and time it started with. A run directory so
+    describes itself, and a record made from a resumed run can name the code of its first part."""
+    path = Path(out) / RUN_FILE
+    launches = json.loads(path.read_text(encoding="utf-8"))["launches"] if path.is_file() else []
+    launches.append(
+        {
+            "command": "python -m annotated_transformer " + shlex.join(map(str, argv)),
+            "task": task,
+            "profile": profile,
+            "settings": settings,
+            "code": code_version(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, json.dumps({"launches": launches}, indent=1, default=str) + "\n")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -207,14 +250,14 @@ def _train(args: argparse.Namespace) -> int:
     if task_name is None:
         raise ValueError("name a task: --task NAME (or 'task' in the --config file)")
     fields = train_fields(task_name)
-    settings = resolve_settings(task_name, file_settings, args.set)
+    settings = resolve_settings(task_name, file_settings, args.set, args.profile)
     check_options(task_name, settings["data"])
     allowed = [".".join(resolve_key(key, fields)) for key in args.allow_change]
     if allowed and args.resume is None:
         raise ValueError(
             "--allow-change is for --resume: it names settings a resumed run may change"
         )
-    check_run_dir(args.out)
+    check_run_directory(args.out)  # a file, or a directory a live run holds: refused now
     fixed: dict[str, Any] = {}
     if args.out is not None:
         fixed["checkpoint_dir"] = str(args.out)
@@ -233,6 +276,8 @@ def _train(args: argparse.Namespace) -> int:
     task = build_task(task_name, settings["data"], seed=seed, arch=arch)
     model_config, train_config = run_configs(task, settings["model"], settings["train"], **fixed)
     distributed = init_distributed(train_config.device)
+    if args.out is not None and distributed.is_main:
+        record_launch(args.out, args.argv, task_name, args.profile, settings)
     try:
         fit = fit_task(
             task, model_config, train_config,

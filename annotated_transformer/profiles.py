@@ -2,8 +2,9 @@
 
 Two families, one shape. :data:`TRAINING` sizes chapter 08's runs (and chapter 10's smoke
 models); :data:`ABLATION` sizes every run of chapter 09's studies. A *profile* names a budget:
-``smoke`` (seconds on a CPU: the book and CI), ``cpu`` (a real run on a 2-core CPU), ``gpu`` (the
-full run on one GPU). Under each profile, each task (by the name users type: ``copy``,
+``smoke`` (seconds on a CPU: the book and CI), ``cpu`` (a real run on a 2-core CPU in about 15
+minutes), ``reference`` (the course's reference results: at most 90 minutes per run on 2 CPU
+cores), ``gpu`` (the full run on one GPU). Under each profile, each task (by the name users type: ``copy``,
 ``tinyshakespeare``, ``multi30k``, ``ptb``, ``wikitext-2``, ``cmn-eng``) has a :data:`RunSize`::
 
     {"data": task options, "model": TransformerConfig fields, "train": TrainConfig fields,
@@ -109,6 +110,47 @@ TRAINING: dict[str, dict[str, RunSize]] = {
 for _sizes in TRAINING.values():
     _sizes["wikitext-2"] = copy.deepcopy(_sizes["ptb"])
     _sizes["cmn-eng"] = copy.deepcopy(_sizes["multi30k"])
+
+# `reference`: the course's reference results (chapter 08 leads with them), each the best recipe
+# found for at most 90 minutes of wall time on 2 CPU cores with bf16 autocast. Each recipe was
+# chosen by short probes stored in results/reference/probes/ (scripts/reference_probes.py). A task
+# appears here once its recipe is measured; the others are not sized for this profile.
+# Tiny Shakespeare: nanoGPT's 6 x 384 shape, GPT-style (N(0, 0.02) init, no embedding scaling,
+# GELU) with rotary positions; dropout only where the paper puts it (sublayer outputs and
+# embeddings: on a CPU, dropout on the [B, H, T, T] weights and the [B, T, d_ff] hidden layer
+# costs as much as the model); 3500 updates of 32 x 256 characters (about 28M characters, 28
+# epochs of the training split).
+TRAINING["reference"] = {
+    "tinyshakespeare": _size(
+        {"context_length": 256, "batch_size": 32, "batches_per_epoch": 1000},
+        {
+            "d_model": 384,
+            "n_heads": 6,
+            "n_layers": 6,
+            "d_ff": 1536,
+            "dropout": 0.2,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
+            "init": "normal",
+            "scale_embeddings": False,
+            "positional": "rope",
+            "activation": "gelu",
+        },
+        {
+            "lr": 2e-3,
+            "min_lr": 2e-4,
+            "warmup": 100,
+            "max_steps": 3500,
+            "weight_decay": 0.1,
+            "betas": [0.9, 0.99],
+            "precision": "bf16",
+            "grad_clip": 1.0,
+            "log_every": 25,
+            "eval_every": 200,
+            "eval_batches": None,
+        },
+    ),
+}
 
 
 def _ablation(translation: RunSize, language_model: RunSize, train: dict) -> dict[str, RunSize]:

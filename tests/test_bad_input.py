@@ -121,7 +121,7 @@ def test_a_bad_config_file_is_one_clear_error(text, suffix, message, tmp_path, c
 def test_an_out_that_is_a_file_is_refused_before_training(checkpoints, capsys, monkeypatch):
     expect_cli_error(
         [*TRAIN, "--out", checkpoints / "a-file"],
-        "is a file: name a directory",
+        "is a file, not a directory",
         capsys,
         monkeypatch,
     )

@@ -65,7 +65,28 @@ def test_training_the_copy_task_reaches_full_accuracy_on_fresh_sequences(copy_ru
         "history.csv",
         "history.json",
         "last.pt",
+        "run.json",
     ]
+
+
+def test_the_run_directory_records_each_launch(copy_run):
+    directory, _ = copy_run
+    (launch,) = json.loads((directory / "run.json").read_text())["launches"]
+    assert launch["task"] == "copy" and launch["profile"] is None
+    assert launch["command"].startswith("python -m annotated_transformer")
+    assert launch["settings"]["train"] == {"progress": False}
+    assert len(launch["code"]["git_commit"]) == 40 and launch["started"][:2] == "20"
+
+
+def test_a_profile_is_the_base_that_config_and_set_override():
+    from annotated_transformer.profiles import run_size
+
+    reference = run_size("reference", "tinyshakespeare")
+    settings = resolve_settings("tinyshakespeare", {}, ["train.max_steps=7"], "reference")
+    assert settings["model"] == reference["model"] and settings["data"] == reference["data"]
+    assert settings["train"] == {**reference["train"], "max_steps": 7}
+    with pytest.raises(ValueError, match="has no training size under profile 'reference'"):
+        resolve_settings("copy", {}, [], "reference")
 
 
 def test_translate_copies_sentences_from_arguments_and_stdin(copy_run, capsys, monkeypatch):
