@@ -20,8 +20,9 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def test_every_profile_sizes_every_task_in_one_shape():
+    assert list(TRAINING) == ["smoke", "cpu", "gpu", "reference"]
+    assert list(ABLATION) == ["smoke", "cpu", "gpu"]
     for family in (TRAINING, ABLATION):
-        assert list(family) == ["smoke", "cpu", "gpu"]
         for sizes in family.values():
             for name, size in sizes.items():
                 assert name in TASKS  # keyed by the names users type
@@ -30,7 +31,7 @@ def test_every_profile_sizes_every_task_in_one_shape():
 
 
 def test_run_size_refuses_unknown_names_with_the_known_ones():
-    with pytest.raises(ValueError, match="profile='fast' is not one of: smoke, cpu, gpu"):
+    with pytest.raises(ValueError, match="profile='fast' is not one of: smoke, cpu, gpu, reference"):
         run_size("fast", "copy")
     with pytest.raises(ValueError, match="task='wmt' is not one of: cmn-eng, copy"):
         run_size("cpu", "wmt")
