@@ -29,25 +29,53 @@ BASE = {
     "tinyshakespeare": {
         "data": {"context_length": 256, "batch_size": 32, "batches_per_epoch": 1000},
         "model": {
-            "d_model": 384, "n_heads": 6, "n_layers": 6, "d_ff": 1536,
-            "dropout": 0.2, "attention_dropout": 0.0, "activation_dropout": 0.0,
+            "d_model": 384,
+            "n_heads": 6,
+            "n_layers": 6,
+            "d_ff": 1536,
+            "dropout": 0.2,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
         },
         "train": {
-            "lr": 1e-3, "min_lr": 1e-4, "warmup": 100, "max_steps": 4300, "weight_decay": 0.1,
-            "betas": [0.9, 0.99], "precision": "bf16", "grad_clip": 1.0, "log_every": 25,
+            "lr": 1e-3,
+            "min_lr": 1e-4,
+            "warmup": 100,
+            "max_steps": 4300,
+            "weight_decay": 0.1,
+            "betas": [0.9, 0.99],
+            "precision": "bf16",
+            "grad_clip": 1.0,
+            "log_every": 25,
         },
     },
 }
 PROBES = {
     "tinyshakespeare": {
         "xavier-sinusoidal": {},
-        "normal-learned-gelu": {"model": {"init": "normal", "scale_embeddings": False,
-                                          "positional": "learned", "activation": "gelu"}},
-        "normal-rope-gelu": {"model": {"init": "normal", "scale_embeddings": False,
-                                       "positional": "rope", "activation": "gelu"}},
+        "normal-learned-gelu": {
+            "model": {
+                "init": "normal",
+                "scale_embeddings": False,
+                "positional": "learned",
+                "activation": "gelu",
+            }
+        },
+        "normal-rope-gelu": {
+            "model": {
+                "init": "normal",
+                "scale_embeddings": False,
+                "positional": "rope",
+                "activation": "gelu",
+            }
+        },
         "normal-rope-gelu-lr2e-3": {
-            "model": {"init": "normal", "scale_embeddings": False, "positional": "rope",
-                      "activation": "gelu"},
+            "model": {
+                "init": "normal",
+                "scale_embeddings": False,
+                "positional": "rope",
+                "activation": "gelu",
+            },
             "train": {"lr": 2e-3, "min_lr": 2e-4},
         },
     },
@@ -57,8 +85,12 @@ PROBE_STEPS = 250
 
 def probe(task_name: str, name: str, overrides: dict) -> dict:
     base = BASE[task_name]
-    sets = [f"{section}.{key}={json.dumps(value)}" for part in (base, overrides)
-            for section, values in part.items() for key, value in values.items()]
+    sets = [
+        f"{section}.{key}={json.dumps(value)}"
+        for part in (base, overrides)
+        for section, values in part.items()
+        for key, value in values.items()
+    ]
     builder = get_task(task_name)
     settings = resolve_settings(builder, {}, sets)
     task = builder(**settings["data"])
@@ -69,19 +101,33 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
     code = code_version()
     started = time.perf_counter()
     at.seed_everything(train_config.seed)
-    trainer = at.Trainer(at.build_model(model_config), train_config, task.train,
-                         task.splits["valid"], tokenizer=task.tokenizer, task=task.info)
+    trainer = at.Trainer(
+        at.build_model(model_config),
+        train_config,
+        task.train,
+        task.splits["valid"],
+        tokenizer=task.tokenizer,
+        task=task.info,
+    )
     trainer.fit(steps=PROBE_STEPS)
     metrics = trainer.evaluate()
     record = {
-        "task": task_name, "probe": name, "overrides": overrides, "settings": settings,
-        "steps": PROBE_STEPS, "valid_loss": metrics["loss"], "history": trainer.history,
+        "task": task_name,
+        "probe": name,
+        "overrides": overrides,
+        "settings": settings,
+        "steps": PROBE_STEPS,
+        "valid_loss": metrics["loss"],
+        "history": trainer.history,
         "provenance": provenance(train_config.seed, time.perf_counter() - started, None, code),
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{task_name}-{name}.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{task_name} {name}: valid loss {metrics['loss']:.4f} after {PROBE_STEPS} updates "
-          f"({record['provenance']['wall_time_s']:.0f} s)", flush=True)
+    print(
+        f"{task_name} {name}: valid loss {metrics['loss']:.4f} after {PROBE_STEPS} updates "
+        f"({record['provenance']['wall_time_s']:.0f} s)",
+        flush=True,
+    )
     return record
 
 

@@ -31,7 +31,9 @@ def test_every_profile_sizes_every_task_in_one_shape():
 
 
 def test_run_size_refuses_unknown_names_with_the_known_ones():
-    with pytest.raises(ValueError, match="profile='fast' is not one of: smoke, cpu, gpu, reference"):
+    with pytest.raises(
+        ValueError, match="profile='fast' is not one of: smoke, cpu, gpu, reference"
+    ):
         run_size("fast", "copy")
     with pytest.raises(ValueError, match="task='wmt' is not one of: cmn-eng, copy"):
         run_size("cpu", "wmt")
