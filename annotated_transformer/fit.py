@@ -82,7 +82,7 @@ def fit_task(
         task.train if train_data is None else train_data,
         task.splits.get("valid") if eval_data is None else eval_data,
         tokenizer=task.tokenizer.to_dict(),
-        task=task.info.to_dict(),
+        task=task.info,  # a TaskInfo: resume reads older checkpoints' task data through it
         distributed=distributed,
     )
     if resume is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .checkpoint import (
@@ -182,10 +182,17 @@ def resume_changes(
 
 
 def read_resume_state(
-    path: str | os.PathLike, current: dict[str, Any], allow_changes: Iterable[str] = ()
+    path: str | os.PathLike,
+    current: dict[str, Any],
+    allow_changes: Iterable[str] = (),
+    read_task: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
     """Load the checkpoint at ``path`` for resuming the run described by ``current`` (sections
     ``model``, ``train``, ``task``, ``tokenizer`` as in :func:`run_differences`).
+
+    ``read_task``: turns the checkpoint's task data into a dataclass with ``to_dict`` (the
+    ``from_dict`` of the current task's class), so that fields added since the checkpoint was
+    written take their defaults instead of counting as differences.
 
     Returns ``(state, allowed changes)``. Raises ``CheckpointError`` for a file that is not a
     usable checkpoint (damaged, incomplete, an invalid or oversized config, non-finite weights or
@@ -204,6 +211,11 @@ def read_resume_state(
         "task": state.get("task") or {},
         "tokenizer": state.get("tokenizer"),
     }
+    if read_task is not None and saved["task"]:
+        try:
+            saved["task"] = dataclasses.asdict(read_task(saved["task"]))
+        except (TypeError, ValueError, KeyError) as error:
+            raise CheckpointError(f"{path} has invalid task data: {error}") from error
     changes = resume_changes(path, saved, current, allow_changes)
     for quantity, tree in (("weights", state["model"]), ("optimizer state", state["optimizer"])):
         bad = first_non_finite(tree)

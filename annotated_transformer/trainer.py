@@ -162,6 +162,9 @@ class Trainer:
             as_data_source(eval_data)  # the same check: a list, not a one-shot iterator
         self.eval_data = eval_data
         self.tokenizer = tokenizer_state(tokenizer)
+        # A task dataclass with from_dict (TaskInfo) also reads the task data of older
+        # checkpoints, which may lack fields added since: resume compares through it.
+        self.task_type = type(task) if hasattr(task, "from_dict") else None
         if dataclasses.is_dataclass(task) and not isinstance(task, type):
             task = dataclasses.asdict(task)
         self.task = dict(task or {})
@@ -475,7 +478,8 @@ class Trainer:
             "task": self.task,
             "tokenizer": self.tokenizer,
         }
-        state, changes = read_resume_state(path, current, allow_changes)
+        read_task = None if self.task_type is None else self.task_type.from_dict
+        state, changes = read_resume_state(path, current, allow_changes, read_task)
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])

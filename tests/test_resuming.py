@@ -135,3 +135,23 @@ def test_an_exact_resume_after_an_allowed_no_op_is_still_bit_exact(tmp_path):
     second.resume(tmp_path / "last.pt", allow_changes={"max_steps"})
     second.fit()
     torch.testing.assert_close(second.model.state_dict(), whole.model.state_dict(), rtol=0, atol=0)
+
+
+def test_a_checkpoint_from_before_a_task_field_existed_resumes_through_task_info(tmp_path):
+    from annotated_transformer.checkpoint import save_checkpoint
+    from annotated_transformer.tasks import TaskInfo
+
+    info = TaskInfo(name="copy", options={"length": 6}, pad_id=0, bos_id=1, eos_id=None)
+    config = quiet_config(max_steps=4, checkpoint_dir=tmp_path)
+    Trainer(tiny_model(), config, RandomSource(), task=info).fit()
+    state = load_checkpoint(tmp_path / "last.pt")
+    del state["task"]["source_eos"]  # as written before TaskInfo had the field
+    save_checkpoint(tmp_path / "old.pt", state)
+    Trainer(tiny_model(), quiet_config(max_steps=4), RandomSource(), task=info).resume(
+        tmp_path / "old.pt"
+    )  # the absent field takes its default: no difference
+    other = TaskInfo(name="copy", options={"length": 6}, pad_id=0, bos_id=2, eos_id=None)
+    with pytest.raises(ResumeMismatch, match="task.bos_id: 1 -> 2"):
+        Trainer(tiny_model(), quiet_config(max_steps=4), RandomSource(), task=other).resume(
+            tmp_path / "old.pt"
+        )
