@@ -1,0 +1,58 @@
+"""The book's pages agree with its table of contents, and its links between pages resolve."""
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LINK = re.compile(r"\]\((\.\./)?(chapters/[\w.-]+\.ipynb|book/[\w.-]+\.md)(#[\w-]+)?\)")
+
+
+def toc_chapters() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
+    return [file for file in files if file.startswith("chapters/")]
+
+
+def test_the_landing_page_lists_every_chapter_of_the_toc_in_order():
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[\]\(\.\./(chapters/\w+)\.ipynb\)", intro, flags=re.M)
+    assert rows == toc_chapters()
+    assert "being written" not in intro
+
+
+def test_every_chapter_in_the_toc_exists_and_every_chapter_file_is_in_the_toc():
+    chapters = toc_chapters()
+    assert all((ROOT / f"{chapter}.ipynb").is_file() for chapter in chapters)
+    assert sorted(chapters) == sorted(
+        f"chapters/{p.stem}" for p in (ROOT / "chapters").glob("*.ipynb")
+    )
+
+
+def page_texts():
+    for page in sorted((ROOT / "book").glob("*.md")):
+        yield page, page.read_text(encoding="utf-8")
+    for notebook in sorted((ROOT / "chapters").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        yield notebook, "\n".join("".join(cell["source"]) for cell in cells)
+
+
+def test_every_link_between_pages_names_a_page_that_exists():
+    links = 0
+    for page, text in page_texts():
+        for match in LINK.finditer(text):
+            assert (ROOT / match.group(2)).is_file(), f"{page.name} links to {match.group(2)}"
+            links += 1
+    assert links >= 11  # the landing page alone links every chapter
+
+
+def test_every_chapter_named_by_number_exists():
+    numbers = {int(chapter.split("/")[1][:2]) for chapter in toc_chapters()}
+    named = 0
+    for page, text in page_texts():
+        for number in re.findall(r"\b[Cc]hapters? (\d\d)\b", text):
+            assert int(number) in numbers, f"{page.name} names chapter {number}"
+            named += 1
+    assert named > 0
