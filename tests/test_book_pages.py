@@ -56,3 +56,10 @@ def test_every_chapter_named_by_number_exists():
             assert int(number) in numbers, f"{page.name} names chapter {number}"
             named += 1
     assert named > 0
+
+
+def test_every_bibliography_entry_is_cited_somewhere():
+    """The bibliography lists every entry (`:all:`): an entry nothing cites is a stale one."""
+    keys = re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), re.M)
+    text = "\n".join(text for page, text in page_texts() if page.name != "references.md")
+    assert keys and [key for key in keys if key not in text] == []
