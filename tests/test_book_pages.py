@@ -63,3 +63,14 @@ def test_every_bibliography_entry_is_cited_somewhere():
     keys = re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), re.M)
     text = "\n".join(text for page, text in page_texts() if page.name != "references.md")
     assert keys and [key for key in keys if key not in text] == []
+
+
+def test_exercise_solutions_fold_away_their_code_and_their_output():
+    """`hide-input` would leave the printed answer under the question; `hide-cell` folds both."""
+    solutions = 0
+    for notebook in sorted((ROOT / "chapters").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+            tags = cell.get("metadata", {}).get("tags", [])
+            assert "hide-input" not in tags, f"{notebook.name}: a solution shows its output"
+            solutions += "hide-cell" in tags
+    assert solutions >= 40  # every chapter has exercises with solutions

@@ -60,7 +60,7 @@ def test_chapter_checks_its_derivation_against_the_package_in_a_visible_cell(cha
         cell
         for cell in cells(chapter)
         if cell["cell_type"] == "code"
-        and "hide-input" not in cell.get("metadata", {}).get("tags", [])
+        and "hide-cell" not in cell.get("metadata", {}).get("tags", [])
         and re.search(r"\bassert\b|assert_close", source(cell))
         and "at." in source(cell)
     ]
@@ -73,10 +73,10 @@ def test_chapter_has_exercises_with_hidden_solutions_and_a_summary(chapter):
     hidden = [
         cell
         for cell in chapter_cells
-        if cell["cell_type"] == "code" and "hide-input" in cell.get("metadata", {}).get("tags", [])
+        if cell["cell_type"] == "code" and "hide-cell" in cell.get("metadata", {}).get("tags", [])
     ]
     markdown = "\n".join(source(cell) for cell in chapter_cells if cell["cell_type"] == "markdown")
     assert re.search(r"^#+ .*Exercise", markdown, re.M), f"{chapter.name} has no exercises"
-    assert hidden, f"{chapter.name} has no solution behind a toggle (tag hide-input)"
+    assert hidden, f"{chapter.name} has no solution behind a toggle (tag hide-cell)"
     assert re.search(r"^#+ .*Summary", markdown, re.M), f"{chapter.name} has no summary"
     assert "ipywidgets" in "".join(source(cell) for cell in chapter_cells), "no explorer"
