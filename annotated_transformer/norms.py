@@ -3,7 +3,8 @@
 - LayerNorm (Ba et al. 2016): ``y = (x - mean) / sqrt(var + eps) * gain + bias``, statistics
   over the feature dimension of each position; ``var`` is the biased (population) variance.
 - RMSNorm (Zhang & Sennrich 2019): ``y = x / sqrt(mean(x²) + eps) * gain``; no centring, no bias,
-  cheaper, and in practice as good.
+  fewer operations, and in practice as good (whether it is also faster depends on the kernels a
+  library has for a device: chapter 04 times both paths).
 
 Each layer has two paths that compute the same numbers, like attention: the explicit formula
 (``explicit=True``, what chapter 04 derives) and, by default, PyTorch's fused kernel
