@@ -17,10 +17,13 @@ from pathlib import Path
 
 import torch
 
-import annotated_transformer as at
 from annotated_transformer.__main__ import resolve_settings
 from annotated_transformer.experiments import code_version, provenance
-from annotated_transformer.tasks import get_task
+from annotated_transformer.fit import run_configs
+from annotated_transformer.model import build_model
+from annotated_transformer.tasks import build_task
+from annotated_transformer.train import seed_everything
+from annotated_transformer.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "reference" / "probes"
@@ -48,6 +51,32 @@ BASE = {
             "grad_clip": 1.0,
             "log_every": 25,
         },
+    },
+}
+BASE["multi30k"] = {
+    "data": {"bpe_vocab_size": 8000, "max_tokens": 6000},
+    "model": {
+        "d_model": 256,
+        "n_heads": 8,
+        "n_layers": 4,
+        "d_ff": 1024,
+        "dropout": 0.1,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "norm_position": "pre",
+    },
+    "train": {
+        "lr": 1e-3,
+        "min_lr": 1e-5,
+        "warmup": 400,
+        "max_steps": 6000,
+        "weight_decay": 0.01,
+        "label_smoothing": 0.1,
+        "precision": "bf16",
+        "grad_clip": 1.0,
+        "log_every": 25,
+        "eval_batches": 10,
+        "early_stopping_patience": None,
     },
 }
 PROBES = {
@@ -80,47 +109,39 @@ PROBES = {
         },
     },
 }
+PROBES["multi30k"] = {
+    "d256-l4-sinusoidal": {},
+    "d256-l4-rope-gelu": {"model": {"positional": "rope", "activation": "gelu"}},
+}
 PROBE_STEPS = 250
 
 
 def probe(task_name: str, name: str, overrides: dict) -> dict:
-    base = BASE[task_name]
+    """Train ``BASE[task_name]`` with ``overrides`` for PROBE_STEPS updates; store its history."""
     sets = [
         f"{section}.{key}={json.dumps(value)}"
-        for part in (base, overrides)
+        for part in (BASE[task_name], overrides)
         for section, values in part.items()
         for key, value in values.items()
     ]
-    builder = get_task(task_name)
-    settings = resolve_settings(builder, {}, sets)
-    task = builder(**settings["data"])
-    model_config = at.TransformerConfig.from_dict({**task.model_defaults, **settings["model"]})
-    train_config = at.TrainConfig.from_dict(
-        {**task.train_defaults, **settings["train"], "progress": False, "eval_every": PROBE_STEPS}
-    )
+    settings = resolve_settings(task_name, {}, sets)
+    task = build_task(task_name, settings["data"], seed=0)
+    train = {**settings["train"], "progress": False, "eval_every": PROBE_STEPS}
+    model_config, train_config = run_configs(task, settings["model"], train)
     code = code_version()
     started = time.perf_counter()
-    at.seed_everything(train_config.seed)
-    trainer = at.Trainer(
-        at.build_model(model_config),
-        train_config,
-        task.train,
-        task.splits["valid"],
-        tokenizer=task.tokenizer,
-        task=task.info,
-    )
-    trainer.fit(steps=PROBE_STEPS)
+    seed_everything(train_config.seed)
+    trainer = Trainer(
+        build_model(model_config), train_config, task.train, task.splits["valid"],
+        tokenizer=task.tokenizer, task=task.info,
+    )  # fmt: skip
+    trainer.fit(steps=PROBE_STEPS)  # the full run's schedule, stopped early
     metrics = trainer.evaluate()
     record = {
-        "task": task_name,
-        "probe": name,
-        "overrides": overrides,
-        "settings": settings,
-        "steps": PROBE_STEPS,
-        "valid_loss": metrics["loss"],
-        "history": trainer.history,
+        "task": task_name, "probe": name, "overrides": overrides, "settings": settings,
+        "steps": PROBE_STEPS, "valid_loss": metrics["loss"], "history": trainer.history,
         "provenance": provenance(train_config.seed, time.perf_counter() - started, None, code),
-    }
+    }  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{task_name}-{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(
