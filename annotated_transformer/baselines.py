@@ -57,26 +57,39 @@ def unigram_log_probs(train: Tensor, vocab_size: int) -> Tensor:
     return torch.log((counts + 1) / (counts.sum() + vocab_size))  # [V]
 
 
+def bigram_parts(train: Tensor, evaluate: Tensor, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """For each prediction ``evaluate[t-1] -> evaluate[t]``: the bigram estimate
+    ``c(v, w) / c(v)``, whether the context ``v`` occurs in ``train``, and the unigram ``p(w)``
+    (each ``[M]``, ``M = len(evaluate) - 1``)."""
+    train = _check(train, vocab_size, "train")
+    evaluate = _check(evaluate, vocab_size, "evaluate")
+    # Bigram counts kept sparse: a [V, V] table would not fit in memory for a 33k-word vocabulary.
+    pair_ids, pair_counts = torch.unique(train[:-1] * vocab_size + train[1:], return_counts=True)
+    context = torch.bincount(train[:-1], minlength=vocab_size).double()  # [V] c(v), left contexts
+    previous, current = evaluate[:-1], evaluate[1:]  # [M], [M]
+    wanted = previous * vocab_size + current  # [M]
+    where = torch.searchsorted(pair_ids, wanted).clamp(max=pair_ids.numel() - 1)  # [M]
+    found = pair_ids[where] == wanted
+    counts = torch.where(found, pair_counts[where].double(), torch.zeros((), dtype=torch.double))
+    conditional = counts / context[previous].clamp(min=1)  # [M] c(v, w) / c(v)
+    unigram = unigram_log_probs(train, vocab_size).exp()[current]  # [M]
+    return conditional, context[previous] > 0, unigram
+
+
+def _interpolated_loss(parts: tuple[Tensor, Tensor, Tensor], lam: float) -> float:
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam={lam} is not in [0, 1]")
+    conditional, seen, unigram = parts
+    weight = seen.double() * lam  # an unseen context falls back to the unigram
+    return float(-torch.log(weight * conditional + (1 - weight) * unigram).mean())
+
+
 def bigram_loss(train: Tensor, evaluate: Tensor, vocab_size: int, lam: float) -> float:
     """Mean NLL (nats) of ``evaluate[1:]`` given the previous token, under the interpolated bigram
     with weight ``lam`` on the bigram counts of ``train``."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam={lam} is not in [0, 1]")
-    train = _check(train, vocab_size, "train")
-    evaluate = _check(evaluate, vocab_size, "evaluate")
-    pairs = torch.bincount(train[:-1] * vocab_size + train[1:], minlength=vocab_size**2)
-    pairs = pairs.double().view(vocab_size, vocab_size)  # [V, V] c(v, w)
-    context = pairs.sum(1)  # [V] c(v) as a left context
-    previous, current = evaluate[:-1], evaluate[1:]  # [M], [M]
-    seen = context[previous] > 0
-    conditional = torch.where(
-        seen, pairs[previous, current] / context[previous].clamp(min=1), torch.zeros(())
-    )  # [M]
-    unigram = unigram_log_probs(train, vocab_size).exp()[current]  # [M]
-    weight = torch.where(
-        seen, torch.full((), lam, dtype=torch.double), torch.zeros((), dtype=torch.double)
-    )
-    return float(-torch.log(weight * conditional + (1 - weight) * unigram).mean())
+    return _interpolated_loss(bigram_parts(train, evaluate, vocab_size), lam)
 
 
 def count_baselines(
@@ -84,11 +97,11 @@ def count_baselines(
 ) -> CountBaselines:
     """Unigram and bigram losses on ``evaluate``, the bigram's ``λ`` chosen on ``held_out``
     (which may be ``evaluate`` itself only when no other split exists: say so when you print it)."""
-    lam = min(LAMBDAS, key=lambda value: bigram_loss(train, held_out, vocab_size, value))
-    unigram = unigram_log_probs(train, vocab_size)
-    evaluate = _check(evaluate, vocab_size, "evaluate")
+    held_out_parts = bigram_parts(train, held_out, vocab_size)
+    lam = min(LAMBDAS, key=lambda value: _interpolated_loss(held_out_parts, value))
+    parts = bigram_parts(train, evaluate, vocab_size)
     return CountBaselines(
-        unigram_loss=float(-unigram[evaluate[1:]].mean()),
-        bigram_loss=bigram_loss(train, evaluate, vocab_size, lam),
+        unigram_loss=float(-parts[2].log().mean()),
+        bigram_loss=_interpolated_loss(parts, lam),
         lam=lam,
     )

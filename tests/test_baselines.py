@@ -75,3 +75,11 @@ def test_tiny_shakespeare_bigram_sits_near_2_5_nats():
     result = count_baselines(splits["train"], splits["valid"], splits["valid"], vocab)
     # a character bigram model of English: about 2.5 nats; the unigram about 3.3
     assert 2.4 < result.bigram_loss < 2.6 and 3.2 < result.unigram_loss < 3.4
+
+
+def test_a_large_vocabulary_needs_no_table_of_every_pair():
+    # a [V, V] table at V = 10**6 would be 8 TB: the counts must stay sparse
+    train = torch.tensor([0, 999_999, 5, 999_999, 5])
+    loss = bigram_loss(train, torch.tensor([999_999, 5]), 1_000_000, 0.5)
+    unigram = 3 / (5 + 1_000_000)  # c(5) = 2, add one
+    assert loss == pytest.approx(-math.log(0.5 * 1.0 + 0.5 * unigram))
