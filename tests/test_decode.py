@@ -211,6 +211,26 @@ def test_temperature_zero_is_greedy():
     assert torch.equal(sample(model, temperature=0.0, **args), greedy_decode(model, **args))
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("temperature", [1e-3, 1e-30, 1e-300, 5e-324])
+def test_a_tiny_temperature_samples_the_greedy_tokens(arch, temperature):
+    """As temperature -> 0 the softmax concentrates on the argmax: no overflow, no NaN, even at
+    the smallest positive double (logits / 5e-324 would be inf / inf without the shift)."""
+    model = sharp_model(arch, 4)
+    args = dict(max_new_tokens=6, eos_id=EOS, **inputs(arch, 3))
+    sampled = sample(
+        model, temperature=temperature, generator=torch.Generator().manual_seed(0), **args
+    )
+    assert torch.equal(sampled, greedy_decode(model, **args))
+
+
+@pytest.mark.parametrize("temperature", [float("inf"), float("-inf"), float("nan"), -1.0])
+def test_a_temperature_that_is_not_finite_and_non_negative_is_refused(temperature):
+    model = sharp_model("decoder-only", 0)
+    with pytest.raises(ValueError, match=f"temperature={temperature} is not accepted"):
+        sample(model, prompt=torch.tensor([[3]]), temperature=temperature)
+
+
 def test_length_penalty_is_gnmt():
     assert length_penalty(1, 0.6) == pytest.approx(1.0)
     assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
