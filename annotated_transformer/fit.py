@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from .checkpoint import check_model_size
 from .config import TrainConfig, TransformerConfig
 from .data.batch import Batch
 from .model import build_model
@@ -46,9 +47,27 @@ def run_configs(
     **fixed: Any,
 ) -> tuple[TransformerConfig, TrainConfig]:
     """The task's defaults, then ``model``/``train`` settings, then ``fixed`` TrainConfig fields
-    (``seed``, ``device``, ``checkpoint_dir``, ``progress``), validated by the config classes."""
+    (``seed``, ``device``, ``checkpoint_dir``, ``progress``), validated by the config classes.
+
+    Also refused here, before anything is allocated: a ``max_len`` shorter than the task's
+    longest sequence (its default ``max_len``), which the model would read past its positions, a
+    ``vocab_size`` smaller than the task's vocabulary, and sizes this package would not load back (:func:`~annotated_transformer.checkpoint.check_model_size`).
+    """
     model_config = TransformerConfig.from_dict({**task.model_defaults, **(model or {})})
     train_config = TrainConfig.from_dict({**task.train_defaults, **(train or {}), **fixed})
+    needed = task.model_defaults.get("max_len")
+    if needed is not None and model_config.max_len < needed:
+        raise ValueError(
+            f"model.max_len={model_config.max_len} is too short for the task {task.name!r}: its "
+            f"sequences need max_len >= {needed} (the task's default); use at least {needed}"
+        )
+    vocabulary = task.model_defaults.get("vocab_size")
+    if vocabulary is not None and model_config.vocab_size < vocabulary:
+        raise ValueError(
+            f"model.vocab_size={model_config.vocab_size} is smaller than the vocabulary of the task "
+            f"{task.name!r} ({vocabulary} tokens); use at least {vocabulary}"
+        )
+    check_model_size(model_config)
     return model_config, train_config
 
 
