@@ -54,7 +54,8 @@ from .profiles import profile_names, run_size
 from .run_lock import RunDirectoryLocked, check_run_directory
 from .settings import dataclass_defaults, flatten, parse_assignment, read_config_file, resolve_key
 from .settings import route as route_settings
-from .tasks import TASKS, TaskInfo, build_task, check_options, task_from_info, task_spec
+from .task_options import TASKS, TaskInfo, check_options, task_spec
+from .tasks import build_task, task_from_info
 from .train import TrainingDiverged, evaluate
 
 SECTIONS = ("model", "train", "data")

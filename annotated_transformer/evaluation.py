@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from .data.batch import Batch
 from .decode import beam_search, greedy_decode
 from .metrics import bleu_interval, corpus_bleu, corpus_chrf
-from .tasks import TaskInfo
+from .task_options import TaskInfo
 
 
 def decoding_budget(

@@ -3,7 +3,7 @@
 :func:`fit_task` is the one place that does it, for the command line's ``train``, chapter 08, the
 ablation runner (chapter 09) and chapter 10's smoke models: seeding happens before the model is
 built, so a seed gives the same initial weights everywhere; the checkpoint keeps the task's
-:class:`~annotated_transformer.tasks.TaskInfo` and the tokenizer's ``to_dict()`` state.
+:class:`~annotated_transformer.task_options.TaskInfo` and the tokenizer's ``to_dict()`` state.
 :func:`run_configs` merges a task's defaults with settings into the two validated configs.
 """
 
@@ -21,7 +21,7 @@ from .config import TrainConfig, TransformerConfig
 from .data.batch import Batch
 from .model import build_model
 from .run_lock import check_run_directory
-from .tasks import Task
+from .task_options import Task
 from .train import TrainingDiverged, seed_everything
 from .trainer import Trainer
 

@@ -8,9 +8,9 @@ import torch
 
 from annotated_transformer.__main__ import main, resolve_settings
 from annotated_transformer.checkpoint import load_checkpoint, load_model
+from annotated_transformer.copy_task import copy_task_batches
 from annotated_transformer.decode import greedy_decode
 from annotated_transformer.settings import parse_value
-from annotated_transformer.tasks import copy_task_batches
 
 SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 TINY_MODEL = [

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from annotated_transformer.data.tokenizers import DigitTokenizer
 from annotated_transformer.pretrained import is_pretrained, load_pretrained, save_pretrained
-from annotated_transformer.tasks import DigitTokenizer
 
 
 def model_of(arch: str, **overrides) -> torch.nn.Module:
