@@ -443,6 +443,11 @@ def rewrite(source, path, **changes):
     save_checkpoint(path, state)
 
 
+def changed(**changes):
+    """A maker of ``source``'s checkpoint with ``changes`` (see :func:`rewrite`)."""
+    return lambda source, path: rewrite(source, path, **changes)
+
+
 def truncated(source, path):
     data = source.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -476,66 +481,64 @@ BROKEN_CHECKPOINTS = {
         "unpickling them could run arbitrary code",
     ),
     "other-format": (
-        lambda source, path: rewrite(source, path, format=99),
+        changed(format=99),
         "expected format 'annotated-transformer-checkpoint/1', found 99",
     ),
     "no-weights": (
-        lambda source, path: rewrite(source, path, model=None),
+        changed(model=None),
         "is incomplete or damaged: model is missing",
     ),
     "no-config": (
-        lambda source, path: rewrite(source, path, model_config=None),
+        changed(model_config=None),
         "is incomplete or damaged: model_config is missing",
     ),
     "config-disagrees": (
-        lambda source, path: rewrite(source, path, model_config={"d_ff": 64}),
+        changed(model_config={"d_ff": 64}),
         "the weights disagree with its model_config",
     ),
     "missing-tensor": (
-        lambda source, path: rewrite(source, path, model={"extra.weight": torch.zeros(2)}),
+        changed(model={"extra.weight": torch.zeros(2)}),
         "the weights disagree with its model_config: unexpected extra.weight",
     ),
     "max_len-1e9": (
-        lambda source, path: rewrite(source, path, model_config={"max_len": 10**9}),
+        changed(model_config={"max_len": 10**9}),
         "max_len=1000000000 (limit 1,048,576)",
     ),
     "vocab_size-1e12": (
-        lambda source, path: rewrite(source, path, model_config={"vocab_size": 10**12}),
+        changed(model_config={"vocab_size": 10**12}),
         "vocab_size=1000000000000 (limit 16,777,216)",
     ),
     "d_model-2**20": (
-        lambda source, path: rewrite(source, path, model_config={"d_model": 2**20}),
+        changed(model_config={"d_model": 2**20}),
         "d_model=1048576 (limit 65,536)",
     ),
     "n_layers-1e6": (
-        lambda source, path: rewrite(source, path, model_config={"n_layers": 10**6}),
+        changed(model_config={"n_layers": 10**6}),
         "n_layers=1000000 (limit 512)",
     ),
     "too-many-parameters": (
-        lambda source, path: rewrite(
-            source, path, model_config={"vocab_size": 2**24, "d_model": 4096}
-        ),
+        changed(model_config={"vocab_size": 2**24, "d_model": 4096}),
         "more than the 2,147,483,648 this package loads",
     ),
     "negative-max_len": (
-        lambda source, path: rewrite(source, path, model_config={"max_len": -1}),
+        changed(model_config={"max_len": -1}),
         "has an invalid model_config: max_len=-1 is not accepted",
     ),
     "text-size": (
-        lambda source, path: rewrite(source, path, model_config={"d_model": "16"}),
+        changed(model_config={"d_model": "16"}),
         "d_model='16' is not accepted: use a positive integer",
     ),
     "non-finite-weights": (non_finite_weights, "holds non-finite weights"),
     "no-tokenizer": (
-        lambda source, path: rewrite(source, path, tokenizer=None),
+        changed(tokenizer=None),
         "is incomplete or damaged: tokenizer is missing",
     ),
     "unknown-tokenizer": (
-        lambda source, path: rewrite(source, path, tokenizer={"type": "sentencepiece"}),
+        changed(tokenizer={"type": "sentencepiece"}),
         "tokenizer type 'sentencepiece' is not one of: digits, char, word, bpe",
     ),
     "no-task": (
-        lambda source, path: rewrite(source, path, task=None),
+        changed(task=None),
         "does not say which task it was trained on",
     ),
 }
