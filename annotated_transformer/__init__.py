@@ -17,7 +17,9 @@ Each module holds what one chapter teaches::
     train.py       08  the functions of training: seeding, one update, evaluation, divergence
     trainer.py     08  the Trainer: the loop (early_stopping.py, resuming.py, run_lock.py,
                        checkpoint.py, run_state.py, distributed.py beside it)
-    tasks.py       08  Task, TaskInfo, build_task: the copy task and the data sets, one call
+    tasks.py       08  build_task, task_from_info: every task by one call; the data-set tasks
+    task_options.py 08 Task, TaskInfo, TASKS, check_options: what a task is and accepts
+    copy_task.py   08  copy_task, copy_batch: the synthetic task that proves the pipeline learns
     fit.py         08  fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
     evaluation.py  08  translate held-out splits (one budget), score_translations (BLEU/chrF)
     settings.py    08  section.key=value routing for --config/--set and papermill overrides

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
-from .checkpoint import atomic_write_text, load_model
-from .config import ARCH_CHOICES, TrainConfig, TransformerConfig
+from .checkpoint import atomic_write_text, check_entries, load_model
+from .config import ARCH_CHOICES, TrainConfig, TransformerConfig, check_non_negative_int
 from .data.tokenizers import tokenizer_from_dict
 from .decode import sample
 from .distributed import DEVICE_CHOICES, init_distributed, resolve_device
@@ -54,7 +54,8 @@ from .profiles import profile_names, run_size
 from .run_lock import RunDirectoryLocked, check_run_directory
 from .settings import dataclass_defaults, flatten, parse_assignment, read_config_file, resolve_key
 from .settings import route as route_settings
-from .tasks import TASKS, TaskInfo, build_task, check_options, task_from_info, task_spec
+from .task_options import TASKS, TaskInfo, check_options, task_spec
+from .tasks import build_task, task_from_info
 from .train import TrainingDiverged, evaluate
 
 SECTIONS = ("model", "train", "data")
@@ -272,6 +273,7 @@ def _train(args: argparse.Namespace) -> int:
         if not resume.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {resume}")
     seed = settings["train"].get("seed", TrainConfig.seed)
+    check_non_negative_int("train.seed", seed)  # the task's data is drawn with it
     arch = settings["model"].get("arch")
     task = build_task(task_name, settings["data"], seed=seed, arch=arch)
     model_config, train_config = run_configs(task, settings["model"], settings["train"], **fixed)
@@ -314,7 +316,15 @@ def _load(args: argparse.Namespace, arch: tuple[str, ...], distributed: Any = No
             f"{args.checkpoint} holds a {model.config.arch} model; this command needs "
             f"{' or '.join(arch)}"
         )
-    info = TaskInfo.from_dict(state.get("task") or {"name": "unknown"})
+    check_entries(state, args.checkpoint, {"tokenizer": dict})
+    if not isinstance(state.get("task"), dict) or not state["task"].get("name"):
+        raise ValueError(f"{args.checkpoint} does not say which task it was trained on")
+    info = TaskInfo.from_dict(state["task"])
+    if model.config.arch == "encoder-decoder" and info.bos_id is None:
+        raise ValueError(
+            f"{args.checkpoint}'s task {info.name!r} has no bos_id: the decoder's first input is "
+            f"unknown"
+        )
     return model, tokenizer_from_dict(state["tokenizer"]), info
 
 
@@ -394,8 +404,6 @@ def _translate(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     distributed = init_distributed(args.device)
     model, tokenizer, info = _load(args, ARCH_CHOICES, distributed)
-    if info.name == "unknown":
-        raise ValueError(f"{args.checkpoint} does not say which task it was trained on")
     task = task_from_info(info, tokenizer)
     if args.split not in task.splits:
         raise ValueError(f"--split {args.split!r} is not one of: {', '.join(task.splits)}")

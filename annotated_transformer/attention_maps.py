@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from .decode import greedy_decode
 from .evaluation import decoding_budget, generated_ids
-from .tasks import TaskInfo
+from .task_options import TaskInfo
 
 STACKS = {"encoder-decoder": ("encoder", "decoder", "cross"), "decoder-only": ("decoder",)}
 
@@ -125,7 +125,7 @@ def capture_translation(
     :func:`~annotated_transformer.evaluation.decoding_budget` (further capped by
     ``max_new_tokens``), as every held-out translation is decoded; with one, the model reads it
     teacher-forced. Either way one forward pass with ``return_attention=True`` gives the maps.
-    ``info`` is a task's :class:`~annotated_transformer.tasks.TaskInfo` (or its dict).
+    ``info`` is a task's :class:`~annotated_transformer.task_options.TaskInfo` (or its dict).
     """
     info = TaskInfo.from_dict(info)
     was_training = model.training

@@ -35,7 +35,7 @@ import errno
 import os
 import pickle
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -280,6 +280,42 @@ SIZE_LIMITS = {
 MAX_MODEL_ELEMENTS = 2**31  # parameters and buffers: 8 GiB in float32
 
 
+def oversized(values: Mapping[str, Any]) -> list[str]:
+    """Each size of a model config (a dict) above :data:`SIZE_LIMITS`, as ``"key=value (limit
+    N)"``: read before the config is built, so a damaged file's sizes are never trusted."""
+    return [
+        f"{key}={values[key]!r} (limit {limit:,})"
+        for key, limit in SIZE_LIMITS.items()
+        if isinstance(values.get(key), int) and values[key] > limit
+    ]
+
+
+def model_elements(config: TransformerConfig) -> int:
+    """The numbers (parameters and buffers) a model of ``config`` holds, counted on the ``meta``
+    device: nothing is allocated. Call it on a config within :data:`SIZE_LIMITS`."""
+    with torch.device("meta"):
+        skeleton = build_model(config)
+    return sum(tensor.numel() for tensor in (*skeleton.parameters(), *skeleton.buffers()))
+
+
+def check_model_size(config: TransformerConfig) -> None:
+    """Refuse, with a ``ValueError``, a model this package would not load back: a size above
+    :data:`SIZE_LIMITS` or more than :data:`MAX_MODEL_ELEMENTS` numbers. For a model about to be
+    built from settings (``--set vocab_size=10**12``), before anything is allocated."""
+    too_large = oversized(config.to_dict())
+    if too_large:
+        raise ValueError(
+            f"model sizes beyond what this package builds: {', '.join(too_large)}; use smaller "
+            f"values"
+        )
+    elements = model_elements(config)
+    if elements > MAX_MODEL_ELEMENTS:
+        raise ValueError(
+            f"the model would hold {elements:,} parameters and buffers, more than the "
+            f"{MAX_MODEL_ELEMENTS:,} this package builds; use smaller sizes"
+        )
+
+
 def model_config_from(state: dict[str, Any], path: str | os.PathLike) -> TransformerConfig:
     """The checkpoint's :class:`TransformerConfig`, validated and with bounded sizes.
 
@@ -288,24 +324,17 @@ def model_config_from(state: dict[str, Any], path: str | os.PathLike) -> Transfo
     device, so nothing is allocated).
     """
     check_entries(state, path, {"model_config": dict})
-    values = state["model_config"]
-    too_large = [
-        f"{key}={values[key]!r} (limit {limit:,})"
-        for key, limit in SIZE_LIMITS.items()
-        if isinstance(values.get(key), int) and values[key] > limit
-    ]
+    too_large = oversized(state["model_config"])
     if too_large:
         raise CheckpointError(
             f"{path} has a model_config with sizes beyond what this package loads: "
             f"{', '.join(too_large)}; the file is damaged or not meant for this package"
         )
     try:
-        config = TransformerConfig.from_dict(values)
+        config = TransformerConfig.from_dict(state["model_config"])
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path} has an invalid model_config: {error}") from error
-    with torch.device("meta"):
-        skeleton = build_model(config)
-    elements = sum(tensor.numel() for tensor in (*skeleton.parameters(), *skeleton.buffers()))
+    elements = model_elements(config)
     if elements > MAX_MODEL_ELEMENTS:
         raise CheckpointError(
             f"{path} describes a model of {elements:,} parameters and buffers, more than the "

@@ -219,15 +219,24 @@ def sample(
 ) -> Tensor:
     """Sample each token from softmax(logits / temperature), optionally top-k / top-p filtered.
 
-    ``temperature=0`` is greedy decoding. Pass a seeded ``generator`` for reproducible samples.
+    ``temperature=0`` is greedy decoding. Any finite positive temperature is safe: the logits are
+    shifted so that the largest is 0 and divided in float64 (where no positive temperature rounds
+    to 0), so a tiny temperature sends the others to -inf (probability 0) rather than overflowing
+    to inf/inf = NaN; as ``temperature -> 0`` the samples become the greedy tokens (a tie is
+    broken at random). Pass a seeded ``generator`` for reproducible samples.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(
+            f"temperature={temperature} is not accepted: use a finite number > 0, or 0 for "
+            f"greedy decoding"
+        )
 
     def choose(logits: Tensor) -> Tensor:
         if temperature == 0:
             return logits.argmax(-1)
-        filtered = filter_logits(logits.float() / temperature, top_k, top_p)
+        logits = logits.double()  # [B, V]; float64 holds every positive temperature
+        shifted = logits - logits.amax(-1, keepdim=True)  # [B, V], <= 0, the best at 0
+        filtered = filter_logits(shifted / temperature, top_k, top_p)
         return torch.multinomial(filtered.softmax(-1), 1, generator=generator)[:, 0]  # [B]
 
     return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache, window)

@@ -29,9 +29,7 @@ from torch import Tensor, nn
 from .data.batch import Batch
 from .decode import beam_search, greedy_decode
 from .metrics import bleu_interval, corpus_bleu, corpus_chrf
-from .tasks import TaskInfo
-
-MIN_TEMPERATURE = 1e-4  # below it, logits / T overflow to inf: use 0 (greedy) instead
+from .task_options import TaskInfo
 
 
 def decoding_budget(
@@ -230,11 +228,6 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         raise ValueError(
             f"temperature={temperature} is not accepted: use a finite number > 0, or 0 for "
             f"greedy decoding"
-        )
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise ValueError(
-            f"temperature={temperature} is too small to sample from (the logits overflow): use "
-            f"0 for greedy decoding, or at least {MIN_TEMPERATURE}"
         )
     if top_k is not None and (isinstance(top_k, bool) or top_k < 1):
         raise ValueError(f"top_k={top_k} is not accepted: use an integer >= 1")

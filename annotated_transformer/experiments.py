@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from .checkpoint import atomic_write_text
-from .tasks import TASK_ALIASES, canonical_task
+from .task_options import TASK_ALIASES, canonical_task
 
 RECORD_FIELDS = ("key", "config", "metrics", "history", "provenance", "samples")
 

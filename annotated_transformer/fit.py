@@ -3,7 +3,7 @@
 :func:`fit_task` is the one place that does it, for the command line's ``train``, chapter 08, the
 ablation runner (chapter 09) and chapter 10's smoke models: seeding happens before the model is
 built, so a seed gives the same initial weights everywhere; the checkpoint keeps the task's
-:class:`~annotated_transformer.tasks.TaskInfo` and the tokenizer's ``to_dict()`` state.
+:class:`~annotated_transformer.task_options.TaskInfo` and the tokenizer's ``to_dict()`` state.
 :func:`run_configs` merges a task's defaults with settings into the two validated configs.
 """
 
@@ -16,11 +16,12 @@ from typing import Any
 
 from torch import nn
 
+from .checkpoint import check_model_size
 from .config import TrainConfig, TransformerConfig
 from .data.batch import Batch
 from .model import build_model
 from .run_lock import check_run_directory
-from .tasks import Task
+from .task_options import Task
 from .train import TrainingDiverged, seed_everything
 from .trainer import Trainer
 
@@ -46,9 +47,27 @@ def run_configs(
     **fixed: Any,
 ) -> tuple[TransformerConfig, TrainConfig]:
     """The task's defaults, then ``model``/``train`` settings, then ``fixed`` TrainConfig fields
-    (``seed``, ``device``, ``checkpoint_dir``, ``progress``), validated by the config classes."""
+    (``seed``, ``device``, ``checkpoint_dir``, ``progress``), validated by the config classes.
+
+    Also refused here, before anything is allocated: a ``max_len`` shorter than the task's
+    longest sequence (its default ``max_len``), which the model would read past its positions, a
+    ``vocab_size`` smaller than the task's vocabulary, and sizes this package would not load back (:func:`~annotated_transformer.checkpoint.check_model_size`).
+    """
     model_config = TransformerConfig.from_dict({**task.model_defaults, **(model or {})})
     train_config = TrainConfig.from_dict({**task.train_defaults, **(train or {}), **fixed})
+    needed = task.model_defaults.get("max_len")
+    if needed is not None and model_config.max_len < needed:
+        raise ValueError(
+            f"model.max_len={model_config.max_len} is too short for the task {task.name!r}: its "
+            f"sequences need max_len >= {needed} (the task's default); use at least {needed}"
+        )
+    vocabulary = task.model_defaults.get("vocab_size")
+    if vocabulary is not None and model_config.vocab_size < vocabulary:
+        raise ValueError(
+            f"model.vocab_size={model_config.vocab_size} is smaller than the vocabulary of the task "
+            f"{task.name!r} ({vocabulary} tokens); use at least {vocabulary}"
+        )
+    check_model_size(model_config)
     return model_config, train_config
 
 

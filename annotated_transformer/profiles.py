@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .tasks import canonical_task, task_spec
+from .task_options import canonical_task, task_spec
 
 RunSize = dict[str, dict[str, Any]]
 SECTIONS = ("data", "model", "train", "evaluation")

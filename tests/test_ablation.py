@@ -7,8 +7,9 @@ import statistics
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from annotated_transformer import TransformerConfig, build_model
+from annotated_transformer import TransformerConfig
 from annotated_transformer import ablation as ab
 from annotated_transformer.data import collate_pairs
 from annotated_transformer.experiments import ResultsStore
@@ -314,11 +315,7 @@ def test_prefix_lm_batch_puts_the_loss_on_the_target_tokens_only():
 
 
 def _single_stack(arch):
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        arch=arch, vocab_size=20, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0
-    )
-    return build_model(config).eval()
+    return tiny_model(arch, vocab_size=20, n_layers=2, max_len=512).eval()
 
 
 @pytest.mark.parametrize("arch", ["decoder-only", "encoder-only"])

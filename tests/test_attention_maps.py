@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_model
 
-import annotated_transformer as at
 from annotated_transformer.attention_maps import (
     argmax_hits,
     attention_entropy,
@@ -33,7 +33,7 @@ from annotated_transformer.attention_maps import (
 from annotated_transformer.data.batching import collate_pairs
 from annotated_transformer.data.tokenizers import BPETokenizer, CharTokenizer
 from annotated_transformer.experiments import ResultsStore
-from annotated_transformer.tasks import TaskInfo
+from annotated_transformer.task_options import TaskInfo
 
 PAIRS = [
     ("Zwei junge Männer spielen Fußball .", "Two young men play soccer ."),
@@ -58,18 +58,14 @@ def info(bpe):
 
 @pytest.fixture(scope="module")
 def translator(bpe):
-    at.seed_everything(0)
-    config = at.TransformerConfig(
-        arch="encoder-decoder",
+    return tiny_model(
+        "encoder-decoder",
         vocab_size=bpe.vocab_size,
         pad_id=bpe.pad_id,
-        d_model=16,
-        n_heads=2,
         n_layers=2,
-        d_ff=32,
+        max_len=512,
         dropout=0.1,  # on: the capture must switch it off
     )
-    return at.build_model(config)
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +75,9 @@ def characters():
 
 @pytest.fixture(scope="module")
 def language_model(characters):
-    at.seed_everything(0)
-    config = at.TransformerConfig(
-        arch="decoder-only",
-        vocab_size=characters.vocab_size,
-        pad_id=None,
-        max_len=32,
-        d_model=16,
-        n_heads=2,
-        n_layers=3,
-        d_ff=32,
+    return tiny_model(
+        vocab_size=characters.vocab_size, pad_id=None, max_len=32, n_layers=3, dropout=0.1
     )
-    return at.build_model(config)
 
 
 def rows_sum_to_one(weights: torch.Tensor, decimals: int = 3) -> None:

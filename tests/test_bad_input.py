@@ -7,14 +7,22 @@ line naming the problem (no traceback); library cases expect a ``ValueError`` wi
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
+import shutil
+import socket
+from pathlib import PurePosixPath
 
 import pytest
+import torch
 
 from annotated_transformer import ablation as ab
 from annotated_transformer.__main__ import main
+from annotated_transformer.checkpoint import first_non_finite, load_checkpoint, save_checkpoint
 from annotated_transformer.evaluation import check_sampling
 from annotated_transformer.profiles import check_evaluation, parse_task_list, run_size
+from annotated_transformer.run_lock import LOCK_NAME
 from annotated_transformer.settings import parse_json_object, route
 from annotated_transformer.tasks import build_task
 
@@ -132,7 +140,6 @@ GENERATE_CASES = [
     (["--temperature", "inf", "--top-k", "3"], "temperature=inf is not accepted"),
     (["--temperature", "nan"], "temperature=nan is not accepted"),
     (["--temperature", "-1"], "temperature=-1.0 is not accepted"),
-    (["--temperature", "1e-30"], "temperature=1e-30 is too small to sample from"),
     (["--temperature", "hot"], "'hot' is not accepted: use a number"),
     (["--temperature", "0", "--top-k", "3"], "temperature=0 is greedy decoding"),
     (["--temperature", "0", "--top-p", "0.5"], "temperature=0 is greedy decoding"),
@@ -286,7 +293,6 @@ def test_an_ambiguous_bare_key_names_both_sections():
         (-math.inf, None, None, "temperature=-inf is not accepted"),
         (math.nan, None, None, "temperature=nan is not accepted"),
         (-0.5, None, None, "temperature=-0.5 is not accepted"),
-        (1e-30, None, None, "temperature=1e-30 is too small"),
         (1.0, 0, None, "top_k=0 is not accepted: use an integer >= 1"),
         (1.0, True, None, "top_k=True is not accepted"),
         (1.0, None, 0.0, "top_p=0.0 is not accepted"),
@@ -416,3 +422,385 @@ def test_a_papermill_mapping_parameter():
     assert parse_json_object("") == {} and parse_json_object('{"a": 1}') == {"a": 1}
     with pytest.raises(ValueError, match="got int"):
         parse_json_object(3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken checkpoints given to evaluate / translate / generate: one clear error each, before any
+# model is allocated (the oversized sizes are read from the file and bounded first)
+
+
+def rewrite(source, path, **changes):
+    """``source``'s checkpoint with entries replaced (None removes one; ``model_config`` and
+    ``model`` dicts are merged into the saved ones)."""
+    state = load_checkpoint(source)
+    for key, value in changes.items():
+        if value is None:
+            state.pop(key)
+        elif key in ("model_config", "model"):
+            state[key] = {**state[key], **value}
+        else:
+            state[key] = value
+    save_checkpoint(path, state)
+
+
+def changed(**changes):
+    """A maker of ``source``'s checkpoint with ``changes`` (see :func:`rewrite`)."""
+    return lambda source, path: rewrite(source, path, **changes)
+
+
+def truncated(source, path):
+    data = source.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def non_finite_weights(source, path):
+    state = load_checkpoint(source)
+    name = next(iter(state["model"]))
+    state["model"][name] = torch.full_like(state["model"][name], float("nan"))
+    torch.save(state, path)  # save_checkpoint would refuse it: written as a damaged file would be
+
+
+BROKEN_CHECKPOINTS = {
+    "truncated": (truncated, "is truncated or is not a torch checkpoint archive"),
+    "empty": (lambda source, path: path.write_bytes(b""), "is empty (0 bytes)"),
+    "random-bytes": (
+        lambda source, path: path.write_bytes(bytes(range(256)) * 16),
+        "does not start like the zip archive torch.save writes",
+    ),
+    "plain-text": (
+        lambda source, path: path.write_text("epoch 1: loss 2.3\n"),
+        "its first bytes are b'epoc'",
+    ),
+    "foreign-dict": (
+        lambda source, path: torch.save({"weights": torch.zeros(3)}, path),
+        "is not an annotated-transformer checkpoint: expected format",
+    ),
+    "bare-tensor": (lambda source, path: torch.save(torch.zeros(3), path), "found 'Tensor'"),
+    "pickled-object": (
+        lambda source, path: torch.save({"path": PurePosixPath("/")}, path),
+        "unpickling them could run arbitrary code",
+    ),
+    "other-format": (
+        changed(format=99),
+        "expected format 'annotated-transformer-checkpoint/1', found 99",
+    ),
+    "no-weights": (
+        changed(model=None),
+        "is incomplete or damaged: model is missing",
+    ),
+    "no-config": (
+        changed(model_config=None),
+        "is incomplete or damaged: model_config is missing",
+    ),
+    "config-disagrees": (
+        changed(model_config={"d_ff": 64}),
+        "the weights disagree with its model_config",
+    ),
+    "missing-tensor": (
+        changed(model={"extra.weight": torch.zeros(2)}),
+        "the weights disagree with its model_config: unexpected extra.weight",
+    ),
+    "max_len-1e9": (
+        changed(model_config={"max_len": 10**9}),
+        "max_len=1000000000 (limit 1,048,576)",
+    ),
+    "vocab_size-1e12": (
+        changed(model_config={"vocab_size": 10**12}),
+        "vocab_size=1000000000000 (limit 16,777,216)",
+    ),
+    "d_model-2**20": (
+        changed(model_config={"d_model": 2**20}),
+        "d_model=1048576 (limit 65,536)",
+    ),
+    "n_layers-1e6": (
+        changed(model_config={"n_layers": 10**6}),
+        "n_layers=1000000 (limit 512)",
+    ),
+    "too-many-parameters": (
+        changed(model_config={"vocab_size": 2**24, "d_model": 4096}),
+        "more than the 2,147,483,648 this package loads",
+    ),
+    "negative-max_len": (
+        changed(model_config={"max_len": -1}),
+        "has an invalid model_config: max_len=-1 is not accepted",
+    ),
+    "text-size": (
+        changed(model_config={"d_model": "16"}),
+        "d_model='16' is not accepted: use a positive integer",
+    ),
+    "non-finite-weights": (non_finite_weights, "holds non-finite weights"),
+    "no-tokenizer": (
+        changed(tokenizer=None),
+        "is incomplete or damaged: tokenizer is missing",
+    ),
+    "unknown-tokenizer": (
+        changed(tokenizer={"type": "sentencepiece"}),
+        "tokenizer type 'sentencepiece' is not one of: digits, char, word, bpe",
+    ),
+    "no-task": (
+        changed(task=None),
+        "does not say which task it was trained on",
+    ),
+}
+COMMANDS = {
+    "evaluate": ("encoder-decoder", []),
+    "translate": ("encoder-decoder", ["--text", "1 2 3"]),
+    "generate": ("decoder-only", ["--prompt", "12|"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("kind", sorted(BROKEN_CHECKPOINTS))
+def test_a_broken_checkpoint_is_one_clear_error(
+    kind, command, checkpoints, tmp_path, capsys, monkeypatch
+):
+    make, message = BROKEN_CHECKPOINTS[kind]
+    arch, extra = COMMANDS[command]
+    path = tmp_path / f"{kind}.pt"
+    make(checkpoints / arch / "last.pt", path)
+    expect_cli_error([command, path, *extra], message, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_directory_is_not_a_checkpoint(command, checkpoints, capsys, monkeypatch):
+    arch, extra = COMMANDS[command]
+    argv = [command, checkpoints / arch, *extra]
+    expect_cli_error(argv, "is a directory, not a checkpoint file (try", capsys, monkeypatch)
+
+
+def test_a_translation_checkpoint_whose_task_has_no_bos_id(
+    checkpoints, tmp_path, capsys, monkeypatch
+):
+    path = tmp_path / "no-bos.pt"
+    rewrite(checkpoints / "encoder-decoder" / "last.pt", path, task={"name": "copy"})
+    argv = ["translate", path, "--text", "1 2"]
+    expect_cli_error(
+        argv, "has no bos_id: the decoder's first input is unknown", capsys, monkeypatch
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Each field of TransformerConfig and TrainConfig, set to what it does not accept (the copy task
+# is built, nothing trains: every case fails in the checks)
+
+
+FIELD_CASES = [
+    ("model.d_model=0", "d_model=0 is not accepted: use a positive integer"),
+    ("model.d_model=-16", "d_model=-16 is not accepted"),
+    ("model.d_model=10**9", "d_model='10**9' is not accepted: use a positive integer"),
+    ("model.n_heads=0", "n_heads=0 is not accepted"),
+    ("model.n_heads=3", "d_model=16 is not divisible by n_heads=3"),
+    ("model.n_layers=0", "n_layers=0 is not accepted"),
+    ("model.n_encoder_layers=0", "n_encoder_layers=0 is not accepted"),
+    ("model.d_ff=0", "d_ff=0 is not accepted"),
+    ("model.dropout=1", "dropout=1 is not accepted: use a number in [0, 1)"),
+    ("model.dropout=-0.1", "dropout=-0.1 is not accepted"),
+    ("model.dropout=nan", "dropout='nan' is not accepted"),
+    ("model.attention_dropout=2", "attention_dropout=2 is not accepted"),
+    ("model.activation_dropout=-1", "activation_dropout=-1 is not accepted"),
+    ("model.max_len=0", "max_len=0 is not accepted: use a positive integer"),
+    ("model.max_len=5", "model.max_len=5 is too short for the task 'copy'"),
+    ("model.max_len=1000000000", "max_len=1000000000 (limit 1,048,576)"),
+    ("model.vocab_size=1000000000000", "vocab_size=1000000000000 (limit 16,777,216)"),
+    (
+        "model.vocab_size=3",
+        "model.vocab_size=3 is smaller than the vocabulary of the task 'copy' (13 tokens)",
+    ),
+    ("model.norm=batch", "norm='batch' is not one of: layernorm, rmsnorm"),
+    ("model.norm_position=middle", "norm_position='middle' is not one of: post, pre"),
+    ("model.activation=tanh", "activation='tanh' is not one of: relu, gelu"),
+    ("model.init=zeros", "init='zeros' is not one of: xavier, normal"),
+    ("model.norm_eps=0", "norm_eps=0 is not accepted: use a positive number"),
+    ("model.rope_base=0", "rope_base=0 is not accepted: use a number > 1"),
+    ("model.relative_max_distance=0", "relative_max_distance=0 is not accepted"),
+    ("model.pad_id=-1", "pad_id=-1 is not accepted: use None or an id in"),
+    ("model.residual=maybe", "residual='maybe' is not accepted: use True or False"),
+    ("model.tie_embeddings=2", "tie_embeddings=2 is not accepted: use True or False"),
+    ("model.src_vocab_size=0", "src_vocab_size=0 is not accepted"),
+    ("train.max_steps=0", "max_steps=0 is not accepted: use a positive integer"),
+    ("train.max_steps=-1", "max_steps=-1 is not accepted"),
+    ("train.warmup=-1", "warmup=-1 is not accepted: use an integer >= 0"),
+    ("train.warmup=50", "schedule='warmup_cosine' needs max_steps > warmup"),
+    ("train.lr=nan", "lr='nan' is not accepted"),
+    ("train.lr=inf", "lr='inf' is not accepted"),
+    ("train.lr=0", "lr=0 is not accepted"),
+    ("train.min_lr=-1", "min_lr=-1 is not accepted"),
+    ("train.grad_clip=-1", "grad_clip=-1 is not accepted"),
+    (
+        "train.label_smoothing=1.5",
+        "label_smoothing=1.5 is not accepted: use a number in [0.0, 1.0)",
+    ),
+    ("train.schedule=nope", "schedule='nope' is not one of: constant, noam, warmup_cosine"),
+    ("train.precision=fp8", "precision='fp8' is not one of: fp32, bf16"),
+    ("train.betas=[2,0.9]", "betas=2 is not accepted"),
+    ("train.betas=1", "betas=1 is not accepted: use two numbers in [0, 1)"),
+    ("train.weight_decay=-1", "weight_decay=-1 is not accepted"),
+    ("train.eps=0", "eps=0 is not accepted"),
+    ("train.eval_every=0", "eval_every=0 is not accepted"),
+    ("train.save_every=-1", "save_every=-1 is not accepted"),
+    ("train.log_every=0", "log_every=0 is not accepted"),
+    ("train.accumulation=0", "accumulation=0 is not accepted"),
+    ("train.eval_batches=0", "eval_batches=0 is not accepted"),
+    ("train.early_stopping_patience=-1", "early_stopping_patience=-1 is not accepted"),
+    ("train.early_stopping_metric=bleu", "early_stopping_metric='bleu' is not among the"),
+    ("train.early_stopping_mode=up", "early_stopping_mode='up' is not one of: auto, min, max"),
+    ("train.device=tpu", "device='tpu' is not one of: auto, cpu, cuda"),
+    ("train.compile=3", "compile=3 is not accepted: use True or False"),
+    ("train.seed=-1", "seed=-1 is not accepted"),
+    ("train.seed=x", "train.seed='x' is not accepted"),
+    ("train.accumulate=2", "'accumulate' is not a train field; did you mean accumulation?"),
+]
+
+
+@pytest.mark.parametrize(("setting", "message"), FIELD_CASES)
+def test_each_config_field_refuses_what_it_does_not_accept(setting, message, capsys, monkeypatch):
+    quick = ["--quiet", "--set", "max_steps=2", "--set", "warmup=1", "--set", "d_model=16"]
+    expect_cli_error([*TRAIN, *quick, "--set", setting], message, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("task", ["copy", "multi30k", "ptb"])
+def test_a_profile_that_does_not_size_the_task(task, capsys, monkeypatch):
+    argv = ["train", "--task", task, "--profile", "reference"]
+    expect_cli_error(
+        argv, f"task={task!r} has no training size under profile 'reference'", capsys, monkeypatch
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A run directory: resumed with other settings, held by a live run, diverging
+
+
+RUN = ["--quiet", "--set", "max_steps=2", "--set", "warmup=1", "--set", "d_model=16"]
+
+
+@pytest.fixture
+def finished_run(checkpoints, tmp_path):
+    """A copy of the decoder-only run (its settings: ``RUN`` and ``arch=decoder-only``)."""
+    out = tmp_path / "run"
+    shutil.copytree(checkpoints / "decoder-only", out)
+    return [*TRAIN, "--out", out, *RUN, "--set", "arch=decoder-only"], out
+
+
+@pytest.mark.parametrize(
+    ("change", "listed"),
+    [
+        ("train.lr=0.01", "train.lr: 0.005 -> 0.01 (may change"),
+        ("seed=1", "train.seed: 0 -> 1 (may not change on resume)"),
+        ("d_model=32", "model.d_model: 16 -> 32 (may not change on resume)"),
+        ("length=7", "task.options.length: 10 -> 7 (may not change on resume)"),
+        ("train.label_smoothing=0.2", "train.label_smoothing: 0.0 -> 0.2"),
+    ],
+)
+def test_resume_refuses_changed_settings_listing_them(
+    change, listed, finished_run, capsys, monkeypatch
+):
+    argv, _ = finished_run
+    expect_cli_error([*argv, "--resume", "--set", change], listed, capsys, monkeypatch)
+
+
+def test_resume_applies_a_change_it_is_allowed_and_records_it(finished_run, capsys):
+    argv, out = finished_run
+    change = ["--set", "max_steps=3", "--allow-change", "train.max_steps"]
+    assert main([str(arg) for arg in [*argv, "--resume", *change]]) == 0
+    state = load_checkpoint(out / "last.pt")
+    assert state["step"] == 3 and state["train_config"]["max_steps"] == 3
+
+
+def test_allow_change_without_resume_is_refused(finished_run, capsys, monkeypatch):
+    argv, _ = finished_run
+    expect_cli_error(
+        [*argv, "--allow-change", "train.lr"], "--allow-change is for --resume", capsys, monkeypatch
+    )
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_run_directory_held_by_a_live_process_is_refused(
+    resume, finished_run, capsys, monkeypatch
+):
+    argv, out = finished_run
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": "2024-05-01T10:00:00+00:00",
+    }
+    (out / LOCK_NAME).write_text(json.dumps(holder))
+    argv = [*argv, "--resume"] if resume else argv
+    expect_cli_error(argv, f"pid {os.getpid()} on host", capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("max_steps", [30, 21])
+def test_divergence_exits_non_zero_naming_the_last_good_checkpoint(
+    max_steps, tmp_path, capsys, monkeypatch
+):
+    out = tmp_path / "diverged"
+    settings = [f"max_steps={max_steps}", "warmup=1", "d_model=16", "save_every=1", "train.lr=1e4"]
+    argv = [*TRAIN, "--out", out, "--quiet", *[arg for s in settings for arg in ("--set", s)]]
+    expect_cli_error(
+        argv, f"the last good checkpoint is kept at {out / 'last.pt'}", capsys, monkeypatch
+    )
+    state = load_checkpoint(out / "last.pt")
+    assert first_non_finite(state) is None  # weights and Adam moments
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "train",
+                "--task",
+                "copy",
+                "--out",
+                str(out),
+                "--resume",
+                "--quiet",
+                *[arg for s in settings for arg in ("--set", s)],
+            ]
+        )
+    assert exit_info.value.code != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation and papermill parameters (more)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--temperature=-inf"], "temperature=-inf is not accepted"),
+        (["--top-p", "inf"], "top_p=inf is not accepted"),
+        (["--top-k", "1.5"], "'1.5' is not accepted: use a positive integer"),
+        (["--prompt", "é"], "digits and '|' only, got 'é'"),
+    ],
+)
+def test_generate_refuses_more_bad_settings(extra, message, checkpoints, capsys, monkeypatch):
+    argv = ["generate", checkpoints / "decoder-only" / "last.pt", "--prompt", "12|", *extra]
+    expect_cli_error(argv, message, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("seeds", "message"),
+    [
+        ([1.5], "seeds=[1.5] is not accepted: use distinct integers >= 0"),
+        (["a"], "seeds=['a'] is not accepted"),
+        ([True, 2], "seeds=[True, 2] is not accepted"),
+        ([-1, 2], "seeds=[-1, 2] is not accepted"),
+        ("1.5", "seeds='1.5' is not accepted"),
+        (",", "seeds=',' is not accepted"),
+    ],
+)
+def test_chapter_09s_seed_lists_are_checked(seeds, message):
+    with pytest.raises(ValueError) as error:
+        ab.parse_seeds(seeds)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "profile", "message"),
+    [
+        (" , ", "smoke", "names no task"),
+        ("copy,wmt", "cpu", "task='wmt' is not one of"),
+        ("multi30k", "reference", "task='multi30k' has no training size under profile 'reference'"),
+        ("copy", "fast", "profile='fast' is not one of"),
+    ],
+)
+def test_chapter_08s_task_list_against_its_profile(tasks, profile, message):
+    with pytest.raises(ValueError) as error:
+        parse_task_list(tasks, profile)
+    assert message in str(error.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model
 
 from annotated_transformer.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -21,8 +22,7 @@ from annotated_transformer.checkpoint import (
     remove_orphan_temporaries,
     save_checkpoint,
 )
-from annotated_transformer.config import TrainConfig, TransformerConfig
-from annotated_transformer.model import build_model
+from annotated_transformer.config import TrainConfig
 from annotated_transformer.run_state import rng_state, set_rng_state, write_history
 from annotated_transformer.trainer import Trainer
 
@@ -101,10 +101,8 @@ def test_loading_rejects_a_file_that_is_not_our_checkpoint(tmp_path):
 
 
 def test_a_trainer_checkpoint_holds_only_plain_data_and_loads_with_weights_only(tmp_path):
-    config = TransformerConfig(
-        arch="encoder-decoder", vocab_size=9, d_model=8, n_heads=2, n_layers=1, d_ff=16
-    )
-    model = build_model(config)
+    model = tiny_model("encoder-decoder", vocab_size=9)
+    config = model.config
     train_config = TrainConfig(
         max_steps=5,
         schedule="warmup_cosine",
@@ -172,13 +170,10 @@ def test_atomic_write_text_replaces_the_whole_file(tmp_path):
 
 
 def saved_model_checkpoint(path, **config_overrides):
-    config = TransformerConfig(
-        vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16, **config_overrides
-    )
-    model = build_model(config)
+    model = tiny_model(**config_overrides)
     state = {
         "format": CHECKPOINT_FORMAT,
-        "model_config": config.to_dict(),
+        "model_config": model.config.to_dict(),
         "model": model.state_dict(),
     }
     save_checkpoint(path, state)

@@ -8,9 +8,9 @@ import torch
 
 from annotated_transformer.__main__ import main, resolve_settings
 from annotated_transformer.checkpoint import load_checkpoint, load_model
+from annotated_transformer.copy_task import copy_task_batches
 from annotated_transformer.decode import greedy_decode
 from annotated_transformer.settings import parse_value
-from annotated_transformer.tasks import copy_task_batches
 
 SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 TINY_MODEL = [
@@ -165,6 +165,12 @@ def test_generate_continues_a_prompt_with_a_decoder_only_model(tmp_path, capsys)
             ]
         )
     assert "use at most 10" in capsys.readouterr().err
+    # temperature 0 is greedy decoding, and a tiny temperature samples the same tokens
+    prompt = [tmp_path / "last.pt", "--prompt", "3141592653|"]
+    code, greedy = run(capsys, "generate", *prompt, "--temperature", "0")
+    assert code == 0 and greedy.split()[:11] == words[:11]
+    for tiny in ("1e-8", "1e-300"):
+        assert run(capsys, "generate", *prompt, "--temperature", tiny, "--seed", "3") == (0, greedy)
 
 
 def test_commands_refuse_a_checkpoint_of_the_wrong_architecture(copy_run, capsys):

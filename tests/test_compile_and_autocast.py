@@ -11,36 +11,25 @@ import shutil
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from annotated_transformer.config import TrainConfig, TransformerConfig
+from annotated_transformer.config import TrainConfig
 from annotated_transformer.data.batch import Batch
-from annotated_transformer.model import build_model
-from annotated_transformer.train import seed_everything
 from annotated_transformer.trainer import Trainer
 
 VOCAB = 24
 
 
 def model_and_data(arch: str):
-    seed_everything(0)
-    config = TransformerConfig(
-        arch=arch,
-        vocab_size=VOCAB,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        d_ff=64,
-        max_len=16,
-        dropout=0.0,
-        pad_id=None,
-    )
+    sizes = dict(vocab_size=VOCAB, d_model=32, n_heads=4, n_layers=2, d_ff=64, pad_id=None)
+    model = tiny_model(arch, **sizes)
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, VOCAB, (8, 13), generator=generator)  # [B, T + 1]
     if arch == "encoder-decoder":
         batch = Batch(tokens[:, :-1], tokens[:, 1:], src=tokens[:, 1:].flip(1).contiguous())
     else:
         batch = Batch(tokens[:, :-1], tokens[:, 1:])
-    return build_model(config), [batch] * 3
+    return model, [batch] * 3
 
 
 def losses(arch: str, **settings) -> list[float]:

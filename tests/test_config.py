@@ -4,6 +4,7 @@ import dataclasses
 import re
 
 import pytest
+from conftest import tiny_config
 
 from annotated_transformer import TransformerConfig
 from annotated_transformer.config import (
@@ -15,11 +16,9 @@ from annotated_transformer.config import (
 from annotated_transformer.norms import NORM_CHOICES
 from annotated_transformer.positional import POSITIONAL_CHOICES
 
-SMALL = {"vocab_size": 10, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "max_len": 32}
-
 
 def small_config(**overrides) -> TransformerConfig:
-    return TransformerConfig(**{**SMALL, **overrides})
+    return tiny_config(**{"vocab_size": 10, "n_layers": 2, "max_len": 32, **overrides})
 
 
 def field_and_value(field: str, value: object) -> str:
@@ -279,11 +278,11 @@ def test_to_dict_from_dict_roundtrip():
 
 
 def test_from_dict_lists_the_unknown_keys():
-    values = {**SMALL, "n_head": 4, "dropuot": 0.1}
+    values = {**small_config().to_dict(), "n_head": 4, "dropuot": 0.1}
     with pytest.raises(ValueError, match=r"unknown TransformerConfig fields: dropuot, n_head;"):
         TransformerConfig.from_dict(values)
 
 
 def test_from_dict_validates_values():
     with pytest.raises(ValueError, match=field_and_value("norm", "layer")):
-        TransformerConfig.from_dict({**SMALL, "norm": "layer"})
+        TransformerConfig.from_dict({**small_config().to_dict(), "norm": "layer"})

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from annotated_transformer import TransformerConfig, build_model
 from annotated_transformer.data import (
     BPETokenizer,
     TranslationSource,
@@ -139,17 +139,8 @@ def test_padding_does_not_change_what_the_model_computes(tokenizer_and_pairs):
     """The model builds its masks from pad_id, once per batch: a padded row gives the logits it
     gives alone."""
     tokenizer, pairs = tokenizer_and_pairs
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        arch="encoder-decoder",
-        vocab_size=tokenizer.vocab_size,
-        d_model=32,
-        n_heads=2,
-        n_layers=1,
-        d_ff=64,
-        pad_id=tokenizer.pad_id,
-    )
-    model = build_model(config).eval()
+    sizes = {"vocab_size": tokenizer.vocab_size, "d_model": 32, "d_ff": 64, "max_len": 512}
+    model = tiny_model("encoder-decoder", pad_id=tokenizer.pad_id, **sizes).eval()
     batch = epoch(tokenizer_and_pairs, seed=None)[0]
     logits = model(batch.src, batch.inputs)  # [B, T, V]
     assert logits.shape == (*batch.inputs.shape, tokenizer.vocab_size)

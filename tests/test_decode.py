@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_model
 
-import annotated_transformer as at
 from annotated_transformer.decode import (
     beam_search,
     exhaustive_best,
@@ -19,24 +19,19 @@ VOCAB, EOS, BOS, PAD = 6, 1, 2, 0
 ARCHS = ["decoder-only", "encoder-decoder"]
 
 
-def tiny_model(
+def sharp_model(
     arch: str, seed: int, positional: str = "sinusoidal", pad_id=None, sharpen=1.5, max_len=512
 ):
     """A random tiny model; sharpening the weights gives peaked, varied next-token distributions."""
-    config = at.TransformerConfig(
-        arch=arch,
+    model = tiny_model(
+        arch,
+        seed,
         vocab_size=VOCAB,
-        d_model=16,
-        n_heads=2,
         n_layers=2,
-        d_ff=32,
-        dropout=0.0,
         pad_id=pad_id,
         positional=positional,
         max_len=max_len,
     )
-    torch.manual_seed(seed)
-    model = at.build_model(config)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(sharpen)
@@ -57,7 +52,7 @@ def start_length(arch: str) -> int:
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("seed", range(6))
 def test_beam_search_finds_the_exhaustive_optimum(arch, seed):
-    model = tiny_model(arch, seed)
+    model = sharp_model(arch, seed)
     best, best_score = exhaustive_best(
         model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
     )
@@ -74,7 +69,7 @@ def test_narrow_beam_can_miss_the_optimum_but_never_beats_it():
     """The exhaustive comparison can fail: a beam of 1 misses the optimum for some models."""
     missed = 0
     for seed in range(20):
-        model = tiny_model("decoder-only", seed, sharpen=1.0)
+        model = sharp_model("decoder-only", seed, sharpen=1.0)
         _, best_score = exhaustive_best(
             model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.0, **inputs("decoder-only")
         )
@@ -91,7 +86,7 @@ def test_narrow_beam_can_miss_the_optimum_but_never_beats_it():
 def test_beam_size_one_equals_greedy(arch, seed):
     # Without a length penalty a finished hypothesis always outscores its live sibling, so a beam
     # of one follows the argmax path exactly (with alpha > 0 it may keep exploring).
-    model = tiny_model(arch, seed)
+    model = sharp_model(arch, seed)
     greedy = greedy_decode(model, max_new_tokens=6, eos_id=EOS, **inputs(arch, 3))
     beam = beam_search(
         model, beam_size=1, max_new_tokens=6, eos_id=EOS, alpha=0.0, **inputs(arch, 3)
@@ -106,7 +101,7 @@ def test_beam_size_one_equals_greedy(arch, seed):
 
 
 def test_batched_beam_search_equals_one_input_at_a_time():
-    model = tiny_model("encoder-decoder", 3, pad_id=PAD)
+    model = sharp_model("encoder-decoder", 3, pad_id=PAD)
     batched = beam_search(
         model, beam_size=3, max_new_tokens=5, eos_id=EOS, **inputs("encoder-decoder", 3)
     )
@@ -124,7 +119,7 @@ def test_batched_beam_search_equals_one_input_at_a_time():
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "relative", "rope", "alibi"])
 def test_cached_and_uncached_decoding_agree_token_for_token(arch, positional):
-    model = tiny_model(arch, 7, positional=positional, pad_id=PAD)
+    model = sharp_model(arch, 7, positional=positional, pad_id=PAD)
     args = dict(max_new_tokens=8, eos_id=EOS, **inputs(arch, 3))
     assert torch.equal(greedy_decode(model, **args), greedy_decode(model, use_cache=False, **args))
     cached_beam = beam_search(model, beam_size=3, **args)
@@ -158,7 +153,7 @@ def forcing(model, tokens_per_row):
 
 def test_tokens_after_eos_are_padding():
     """Row 0 ends at once, row 1 never: row 0 is padded while row 1 keeps decoding."""
-    model = tiny_model("decoder-only", 0, pad_id=PAD)
+    model = sharp_model("decoder-only", 0, pad_id=PAD)
     handle = forcing(model, [EOS, 3])
     out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=4, eos_id=EOS)
     handle.remove()
@@ -166,7 +161,7 @@ def test_tokens_after_eos_are_padding():
 
 
 def test_greedy_stops_when_every_sequence_ended():
-    model = tiny_model("decoder-only", 0)
+    model = sharp_model("decoder-only", 0)
     handle = forcing(model, [EOS, EOS])
     out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=10, eos_id=EOS)
     handle.remove()
@@ -195,7 +190,7 @@ def test_filter_logits_matches_brute_force():
 
 def test_sampling_follows_the_model_distribution():
     """Empirical frequencies of the first sampled token match softmax(logits / temperature)."""
-    model = tiny_model("decoder-only", 2, sharpen=1.0)
+    model = sharp_model("decoder-only", 2, sharpen=1.0)
     prompt = torch.tensor([[3, 4]]).repeat(4000, 1)
     with torch.no_grad():
         expected = (model(prompt[:1])[0, -1] / 0.7).softmax(-1)
@@ -211,9 +206,29 @@ def test_sampling_follows_the_model_distribution():
 
 
 def test_temperature_zero_is_greedy():
-    model = tiny_model("encoder-decoder", 4)
+    model = sharp_model("encoder-decoder", 4)
     args = dict(max_new_tokens=6, eos_id=EOS, **inputs("encoder-decoder", 3))
     assert torch.equal(sample(model, temperature=0.0, **args), greedy_decode(model, **args))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("temperature", [1e-3, 1e-30, 1e-300, 5e-324])
+def test_a_tiny_temperature_samples_the_greedy_tokens(arch, temperature):
+    """As temperature -> 0 the softmax concentrates on the argmax: no overflow, no NaN, even at
+    the smallest positive double (logits / 5e-324 would be inf / inf without the shift)."""
+    model = sharp_model(arch, 4)
+    args = dict(max_new_tokens=6, eos_id=EOS, **inputs(arch, 3))
+    sampled = sample(
+        model, temperature=temperature, generator=torch.Generator().manual_seed(0), **args
+    )
+    assert torch.equal(sampled, greedy_decode(model, **args))
+
+
+@pytest.mark.parametrize("temperature", [float("inf"), float("-inf"), float("nan"), -1.0])
+def test_a_temperature_that_is_not_finite_and_non_negative_is_refused(temperature):
+    model = sharp_model("decoder-only", 0)
+    with pytest.raises(ValueError, match=f"temperature={temperature} is not accepted"):
+        sample(model, prompt=torch.tensor([[3]]), temperature=temperature)
 
 
 def test_length_penalty_is_gnmt():
@@ -223,8 +238,8 @@ def test_length_penalty_is_gnmt():
 
 
 def test_bad_arguments_give_clear_errors():
-    decoder = tiny_model("decoder-only", 0)
-    translator = tiny_model("encoder-decoder", 0)
+    decoder = sharp_model("decoder-only", 0)
+    translator = sharp_model("encoder-decoder", 0)
     with pytest.raises(ValueError, match="needs src"):
         greedy_decode(translator, bos_id=BOS)
     with pytest.raises(ValueError, match="needs bos_id"):
@@ -237,18 +252,14 @@ def test_bad_arguments_give_clear_errors():
         beam_search(decoder, prompt=torch.tensor([[3]]), beam_size=0)
     with pytest.raises(ValueError, match="top_p must be in"):
         sample(decoder, prompt=torch.tensor([[3]]), top_p=1.5)
-    encoder = at.build_model(
-        at.TransformerConfig(
-            arch="encoder-only", vocab_size=6, d_model=8, n_heads=2, n_layers=1, d_ff=16
-        )
-    )
+    encoder = tiny_model("encoder-only", vocab_size=6)
     with pytest.raises(TypeError, match="encoder-only model has no causal decoder"):
         greedy_decode(encoder, prompt=torch.tensor([[3]]))
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
 def test_generation_past_max_len_conditions_on_the_last_max_len_tokens(positional):
-    model = tiny_model("decoder-only", 3, positional, max_len=6)
+    model = sharp_model("decoder-only", 3, positional, max_len=6)
     prompt = torch.tensor([[3, 4, 5], [5, 3, 3]])
     # The reference: nanoGPT's loop, cropping the context to the last max_len tokens every step.
     expected = prompt
@@ -264,7 +275,7 @@ def test_generation_past_max_len_conditions_on_the_last_max_len_tokens(positiona
 
 
 def test_window_none_feeds_everything_and_bad_windows_are_refused():
-    model = tiny_model("decoder-only", 3, "learned", max_len=6)
+    model = sharp_model("decoder-only", 3, "learned", max_len=6)
     prompt = torch.tensor([[3, 4, 5]])
     with pytest.raises(ValueError, match="max_len=6"):  # learned positions stop at max_len
         greedy_decode(model, prompt=prompt, max_new_tokens=10, window=None)
@@ -275,7 +286,7 @@ def test_window_none_feeds_everything_and_bad_windows_are_refused():
 
 
 def test_encoder_only_decodes_without_cache_reading_the_whole_prefix_each_step():
-    model = tiny_model("encoder-only", 4, pad_id=PAD)
+    model = sharp_model("encoder-only", 4, pad_id=PAD)
     prompt = torch.tensor([[3, 4, 5], [5, 5, 3]])
     # The reference loop: the whole sequence so far, the last position's argmax, pad after eos.
     expected, finished = prompt, torch.zeros(2, dtype=torch.bool)

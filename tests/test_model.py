@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 from torch import nn
 
 import annotated_transformer as at
@@ -20,19 +21,8 @@ TOLERANCE = {"rtol": 1e-10, "atol": 1e-10}  # float64 throughout
 
 
 def make_config(arch: str = "decoder-only", **overrides) -> TransformerConfig:
-    values = {
-        "arch": arch,
-        "vocab_size": VOCAB,
-        "d_model": 16,
-        "n_heads": 2,
-        "n_layers": 2,
-        "d_ff": 32,
-        "dropout": 0.0,
-        "max_len": 32,
-        "pad_id": PAD,
-        "relative_max_distance": 4,
-    }
-    return TransformerConfig(**{**values, **overrides})
+    sizes = {"vocab_size": VOCAB, "n_layers": 2, "max_len": 32, "relative_max_distance": 4}
+    return tiny_config(arch, **{**sizes, **overrides})
 
 
 def make_model(arch: str = "decoder-only", seed: int = 0, **overrides) -> nn.Module:

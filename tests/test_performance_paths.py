@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
 
 import annotated_transformer as at
 from annotated_transformer.checkpoint import load_checkpoint
-from annotated_transformer.config import TrainConfig, TransformerConfig
+from annotated_transformer.config import TrainConfig
 from annotated_transformer.data.batch import Batch
-from annotated_transformer.model import build_model
 from annotated_transformer.train import TrainingDiverged, seed_everything
 from annotated_transformer.trainer import Trainer
 
@@ -22,20 +22,8 @@ attention_module = importlib.import_module("annotated_transformer.attention")
 
 
 def model_of(arch="decoder-only", pad_id=None, positional="sinusoidal", seed=0, **overrides):
-    torch.manual_seed(seed)
-    values = dict(
-        arch=arch,
-        vocab_size=VOCAB,
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        d_ff=32,
-        max_len=96,
-        dropout=0.0,
-        pad_id=pad_id,
-        positional=positional,
-    )
-    return build_model(TransformerConfig(**{**values, **overrides})).eval()
+    sizes = {"vocab_size": VOCAB, "n_layers": 2, "max_len": 96, **overrides}
+    return tiny_model(arch, seed, pad_id=pad_id, positional=positional, **sizes).eval()
 
 
 # --- single-query cached attention ---------------------------------------------------------------

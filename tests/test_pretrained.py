@@ -4,27 +4,15 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_model
 
-from annotated_transformer import TransformerConfig, build_model
+from annotated_transformer.data.tokenizers import DigitTokenizer
 from annotated_transformer.pretrained import is_pretrained, load_pretrained, save_pretrained
-from annotated_transformer.tasks import DigitTokenizer
 
 
 def model_of(arch: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        arch=arch,
-        vocab_size=13,
-        d_model=16,
-        n_heads=2,
-        n_layers=1,
-        d_ff=32,
-        max_len=24,
-        tie_embeddings=True,
-        share_embeddings=arch == "encoder-decoder",
-        **overrides,
-    )
-    return build_model(config).eval()
+    shared = {"tie_embeddings": True, "share_embeddings": arch == "encoder-decoder"}
+    return tiny_model(arch, vocab_size=13, max_len=24, **shared, **overrides).eval()
 
 
 @pytest.mark.parametrize("arch", ["decoder-only", "encoder-decoder"])

@@ -14,7 +14,8 @@ from annotated_transformer.profiles import (
     run_size,
     training_config,
 )
-from annotated_transformer.tasks import TASKS, build_task
+from annotated_transformer.task_options import TASKS
+from annotated_transformer.tasks import build_task
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 

@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from test_train import RandomSource, quiet_config, tiny_model
+from conftest import tiny_model
+from test_train import RandomSource, quiet_config
 
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.resuming import CHANGEABLE_ON_RESUME, ResumeMismatch, check_allow_changes
@@ -60,12 +61,7 @@ def test_a_changed_warmup_cosine_schedule_is_evaluated_at_the_resumed_step(tmp_p
 
 
 def test_every_difference_is_listed_in_one_error(saved):
-    bigger = tiny_model()
-    bigger_config = {**bigger.config.to_dict(), "d_ff": 64}
-    from annotated_transformer.config import TransformerConfig
-    from annotated_transformer.model import build_model
-
-    model = build_model(TransformerConfig(**bigger_config))
+    model = tiny_model(d_ff=64)
     task = {"name": "copy", "options": {"length": 7, "vocab": 11}}
     with pytest.raises(ResumeMismatch) as error:
         resumer(model=model, task=task, seed=1, lr=1e-2).resume(saved, allow_changes={"lr"})

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import torch
-from test_train import RandomSource, quiet_config, tiny_model
+from conftest import tiny_model
+from test_train import RandomSource, quiet_config
 
 from annotated_transformer.run_lock import LOCK_NAME, RunDirectoryLocked, RunLock
 from annotated_transformer.train import TrainingDiverged

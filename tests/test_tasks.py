@@ -2,16 +2,10 @@ import pytest
 import torch
 
 from annotated_transformer.config import TransformerConfig
-from annotated_transformer.data import TokenizerProtocol, tokenizer_from_dict
-from annotated_transformer.tasks import (
-    TASKS,
-    DigitTokenizer,
-    TaskInfo,
-    build_task,
-    copy_batch,
-    copy_task,
-    task_from_info,
-)
+from annotated_transformer.copy_task import copy_batch, copy_task
+from annotated_transformer.data import DigitTokenizer, TokenizerProtocol, tokenizer_from_dict
+from annotated_transformer.task_options import TASKS, TaskInfo
+from annotated_transformer.tasks import build_task, task_from_info
 from annotated_transformer.train import data_generator
 
 BOS, SEP, PAD = DigitTokenizer.bos_id, DigitTokenizer.sep_id, DigitTokenizer.pad_id

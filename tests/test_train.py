@@ -3,9 +3,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config, tiny_model
 
 from annotated_transformer.checkpoint import load_checkpoint
-from annotated_transformer.config import TrainConfig, TransformerConfig
+from annotated_transformer.config import TrainConfig
 from annotated_transformer.data.batch import Batch
 from annotated_transformer.losses import LabelSmoothingLoss
 from annotated_transformer.model import build_model
@@ -23,22 +24,6 @@ from annotated_transformer.trainer import Trainer
 
 PAD = 0
 VOCAB = 11
-
-
-def tiny_model(arch="decoder-only", dropout=0.0, seed=0):
-    seed_everything(seed)
-    config = TransformerConfig(
-        arch=arch,
-        vocab_size=VOCAB,
-        d_model=16,
-        n_heads=2,
-        n_layers=1,
-        d_ff=32,
-        max_len=16,
-        dropout=dropout,
-        pad_id=PAD,
-    )
-    return build_model(config)
 
 
 def random_batch(generator, rows=4, length=6, arch="decoder-only"):
@@ -267,7 +252,7 @@ def test_fit_in_parts_equals_fit_at_once():
 def test_resume_refuses_a_checkpoint_of_another_model(tmp_path):
     trainer = Trainer(tiny_model(), quiet_config(max_steps=1, checkpoint_dir=tmp_path), [])
     trainer.save()
-    bigger = build_model(TransformerConfig(**{**trainer.model_config.to_dict(), "d_ff": 64}))
+    bigger = build_model(tiny_config(d_ff=64))
     other = Trainer(bigger, quiet_config(max_steps=1), [])
     with pytest.raises(ResumeMismatch, match=r"model\.d_ff: 32 -> 64 \(may not change on resume\)"):
         other.resume(tmp_path / "last.pt")

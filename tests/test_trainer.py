@@ -6,7 +6,8 @@ import warnings
 
 import pytest
 import torch
-from test_train import RandomSource, quiet_config, random_batch, tiny_model
+from conftest import tiny_model
+from test_train import RandomSource, quiet_config, random_batch
 
 from annotated_transformer.checkpoint import first_non_finite, load_checkpoint
 from annotated_transformer.train import TrainingDiverged

@@ -10,10 +10,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import TrainConfig, TransformerConfig
+from ..config import TrainConfig, TransformerConfig, is_int
 from ..profiles import ABLATION, check_evaluation, run_size
 from ..settings import parse_json_object, resolve_key
-from ..tasks import check_options
+from ..task_options import check_options
 from .studies import RUNNER_FIELDS, TASK_FIELDS, Scale, get_study, task_kind
 
 # What every profile shares: the paper's base model (Table 3, "base") with pre-norm (chapter 04:
@@ -90,6 +90,7 @@ def parse_overrides(overrides: dict[str, Any] | str | None, kind: str) -> dict[s
 
 def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
     """``3`` -> ``[0, 1, 2]``; ``"3,4"`` or ``[3, 4]`` -> those seeds."""
+    given = seeds
     if isinstance(seeds, bool):
         raise ValueError(f"seeds={seeds!r} is not accepted: use a count or a list of seeds")
     if isinstance(seeds, int):
@@ -104,9 +105,13 @@ def parse_seeds(seeds: int | str | Sequence[int]) -> list[int]:
                 f"separated by commas ('3,4')"
             )
         seeds = [int(part) for part in parts]
-    chosen = [int(seed) for seed in seeds]
-    if not chosen or any(seed < 0 for seed in chosen) or len(set(chosen)) != len(chosen):
-        raise ValueError(f"seeds={seeds!r} is not accepted: use distinct integers >= 0")
+    chosen = list(seeds)
+    if (
+        not chosen
+        or not all(is_int(seed) and seed >= 0 for seed in chosen)
+        or len(set(chosen)) != len(chosen)
+    ):
+        raise ValueError(f"seeds={given!r} is not accepted: use distinct integers >= 0")
     return chosen
 
 
