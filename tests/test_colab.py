@@ -96,4 +96,3 @@ def test_on_colab_the_cell_installs_the_pinned_revision_and_the_chapter_sees_sto
     monkeypatch.chdir(fresh)
     exec(compile(source, "first-cell", "exec"), {})
     assert Path.cwd() == home / "chapters" and commands == []
-
