@@ -18,11 +18,13 @@ Examples::
 
 Settings come from, later ones winning: the dataclasses' defaults, the task's defaults, the
 ``--config`` file (JSON, or YAML when PyYAML is installed), ``--set key=value`` (repeatable), and
-``--out``/``--device``; :mod:`annotated_transformer.settings` routes them (``model.KEY``, ``train.KEY``,
-``data.KEY``, or a bare KEY that one section has). Every setting is checked before anything
-trains. A run folder describes itself (:mod:`annotated_transformer.run_folder`: ``run.json``,
-``config.json``). Long commands show a progress bar on stderr. An expected failure (a bad setting, a missing file, a diverged run, Ctrl-C) ends with one
-``error:`` line and a non-zero exit, a traceback only for a bug.
+``--out``/``--device``; :mod:`annotated_transformer.train_settings` resolves them (``model.KEY``,
+``train.KEY``, ``data.KEY``, or a bare KEY that one section has) and lists them for ``train
+--help``. Every setting is checked before anything trains. A run folder describes itself
+(:mod:`annotated_transformer.run_folder`: ``run.json``, ``config.json``); without ``--out`` it is
+``runs/<task>-<date>-<time>``. Long commands show a progress bar on stderr. An expected failure
+(a bad setting, a missing file, a diverged run, Ctrl-C) ends with one ``error:`` line and a
+non-zero exit, a traceback only for a bug.
 """
 
 from __future__ import annotations
