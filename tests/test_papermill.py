@@ -98,3 +98,33 @@ def test_one_seed_is_a_study_whose_tables_show_numbers_without_intervals():
     for row in ab.summarize(records, "test_bleu"):
         assert row["n"] == 1 and row["mean"] == pytest.approx(row["min"])
         assert row.get("verdict") in (None, "cannot judge")
+
+
+def test_chapter_09s_noise_report_takes_a_one_seed_study(capsys):
+    """`-p seeds 1` on a translation study used to end in StatisticsError (a mean of no stds)."""
+    notebook = json.loads((CHAPTERS / "09_ablation.ipynb").read_text(encoding="utf-8"))
+    (cell,) = [
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if c["cell_type"] == "code" and "def noise_report" in "".join(c["source"])
+    ]
+    definition = cell.split("\n\n\nprint(provenance)")[0]  # the function, not the call
+    namespace: dict = {}
+    exec("import math\nimport statistics\n" + definition, namespace)
+    configs = ab.run_configs("heads", "multi30k", seeds=1, profile="smoke")
+    records = [
+        {
+            "config": {"variant": c["variant"], "factors": c["factors"], "seed": 0},
+            "metrics": {
+                "test_bleu": 10.0 + i,
+                "test_bleu_low": 9.0 + i,
+                "test_bleu_high": 11.0 + i,
+                "test_sentences": 64,
+            },
+        }
+        for i, c in enumerate(configs)
+    ]
+    namespace["noise_report"](ab.summarize(records, "test_bleu"), records)
+    out = capsys.readouterr().out
+    assert "2.00 BLEU wide on average" in out
+    assert "a standard deviation and an interval need >= 2 seeds" in out
