@@ -2,7 +2,9 @@
 
 Examples::
 
-    python -m annotated_transformer train --task copy --out runs/copy
+    python -m annotated_transformer train --task copy            # writes runs/copy-<date>-<time>/
+    python -m annotated_transformer train --task copy --out runs/copy --device cpu
+    python -m annotated_transformer train --help                 # every setting: type, default, choices
     python -m annotated_transformer train --task copy --set d_model=128 --set train.lr=1e-3 \\
         --config settings.yaml --out runs/copy
     python -m annotated_transformer train --task copy --out runs/copy --resume
@@ -16,10 +18,13 @@ Examples::
 
 Settings come from, later ones winning: the dataclasses' defaults, the task's defaults, the
 ``--config`` file (JSON, or YAML when PyYAML is installed), ``--set key=value`` (repeatable), and
-``--out``; :mod:`annotated_transformer.settings` routes them (``model.KEY``, ``train.KEY``,
-``data.KEY``, or a bare KEY that one section has). Every setting is checked before anything
-trains; an expected failure (a bad setting, a missing file, a diverged run, Ctrl-C) ends with one
-``error:`` line and a non-zero exit, a traceback only for a bug.
+``--out``/``--device``; :mod:`annotated_transformer.train_settings` resolves them (``model.KEY``,
+``train.KEY``, ``data.KEY``, or a bare KEY that one section has) and lists them for ``train
+--help``. Every setting is checked before anything trains. A run folder describes itself
+(:mod:`annotated_transformer.run_folder`: ``run.json``, ``config.json``); without ``--out`` it is
+``runs/<task>-<date>-<time>``. Long commands show a progress bar on stderr. An expected failure
+(a bad setting, a missing file, a diverged run, Ctrl-C) ends with one ``error:`` line and a
+non-zero exit, a traceback only for a bug.
 """
 
 from __future__ import annotations
@@ -28,16 +33,15 @@ import argparse
 import json
 import math
 import os
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
-from .checkpoint import atomic_write_text, check_entries, load_model
-from .config import ARCH_CHOICES, TrainConfig, TransformerConfig, check_non_negative_int
+from .checkpoint import check_entries, load_model
+from .config import ARCH_CHOICES, TrainConfig, check_non_negative_int
 from .data.tokenizers import tokenizer_from_dict
 from .decode import sample
 from .distributed import DEVICE_CHOICES, init_distributed, resolve_device
@@ -48,18 +52,23 @@ from .evaluation import (
     source_batch,
     translate,
 )
-from .experiments import code_version
 from .fit import fit_task, run_configs
-from .profiles import profile_names, run_size
+from .profiles import profile_names
+from .run_folder import (
+    checkpoint_megabytes,
+    default_out,
+    parameter_count,
+    record_launch,
+    resolved_config,
+    write_config,
+)
 from .run_lock import RunDirectoryLocked, check_run_directory
-from .settings import dataclass_defaults, flatten, parse_assignment, read_config_file, resolve_key
-from .settings import route as route_settings
+from .settings import read_config_file, resolve_key
 from .task_options import TASKS, TaskInfo, check_options, task_spec
 from .tasks import build_task, task_from_info
 from .train import TrainingDiverged, evaluate
+from .train_settings import resolve_settings, settings_help, train_fields
 
-SECTIONS = ("model", "train", "data")
-RUN_FILE = "run.json"  # in a run directory: every launch of the run (see record_launch)
 # Failures a user can cause and fix: one message, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked)
 
@@ -86,12 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train",
         help="train a model on a task (also under torchrun)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=settings_help(),
         description=(
             "Train on a task. Settings, later ones winning: the dataclasses' defaults, the task's "
             "defaults, --config, --set, --out. A KEY is a field of TransformerConfig or "
             "TrainConfig or an option of the task; qualify it as model.KEY, train.KEY or "
             "data.KEY when it is ambiguous. Values are JSON (1e-3, true, null, [0.9, 0.98]) or "
-            "text."
+            "text. Every KEY is listed below."
         ),
     )
     train.add_argument("--task", help=f"the task to train on: {', '.join(sorted(TASKS))}")
@@ -104,7 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="one setting, e.g. d_model=128 or train.lr=1e-3 (repeatable)",
     )  # fmt: skip
-    train.add_argument("--out", type=Path, help="the run directory (checkpoints, history)")
+    train.add_argument(
+        "--out", type=Path,
+        help="the run directory: checkpoints, history, run.json, config.json "
+        "(default: runs/TASK-DATE-TIME, a new one per launch)",
+    )  # fmt: skip
+    train.add_argument(
+        "--device", choices=DEVICE_CHOICES,
+        help="where to train (default: the settings' device, auto: cuda when available)",
+    )  # fmt: skip
     train.add_argument(
         "--resume", nargs="?", const="auto", metavar="CHECKPOINT",
         help="continue a run: from CHECKPOINT, or from OUT/last.pt when none is named",
@@ -183,7 +202,10 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-new-tokens", type=_positive_int,
         help="at most this many new tokens (default: the decoding budget, see evaluation.py)",
     )  # fmt: skip
-    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument(
+        "--device", default="auto", choices=DEVICE_CHOICES,
+        help="where to run (default: auto, cuda when available)",
+    )  # fmt: skip
 
 
 def _add_beam_arguments(parser: argparse.ArgumentParser) -> None:
@@ -193,56 +215,6 @@ def _add_beam_arguments(parser: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # train
-
-
-def train_fields(task: str) -> dict[str, dict[str, Any]]:
-    """What ``--set`` may address for ``task``: section -> field -> default."""
-    return {
-        "model": dataclass_defaults(TransformerConfig),
-        "train": dataclass_defaults(TrainConfig),
-        "data": task_spec(task).defaults,
-    }
-
-
-def resolve_settings(
-    task: str,
-    file_settings: dict[str, Any],
-    assignments: list[str],
-    profile: str | None = None,
-) -> dict[str, dict[str, Any]]:
-    """The profile's run size, then the config file's and ``--set``'s keys (later ones win),
-    routed to the model, train and data sections."""
-    base = {} if profile is None else run_size(profile, task)
-    base = {section: base[section] for section in SECTIONS if section in base}
-    pairs = flatten(base, SECTIONS) + flatten(file_settings, SECTIONS)
-    pairs += [parse_assignment(item) for item in assignments]
-    return route_settings(pairs, train_fields(task))
-
-
-def record_launch(
-    out: Path,
-    argv: list[str],
-    task: str,
-    profile: str | None,
-    settings: dict[str, dict[str, Any]],
-) -> Path:
-    """Append this launch to ``out/run.json``: the command line, the task, the profile, the
-    settings as given, and the code version and time it started with. A run directory so
-    describes itself, and a record made from a resumed run can name the code of its first part."""
-    path = Path(out) / RUN_FILE
-    launches = json.loads(path.read_text(encoding="utf-8"))["launches"] if path.is_file() else []
-    launches.append(
-        {
-            "command": "python -m annotated_transformer " + shlex.join(map(str, argv)),
-            "task": task,
-            "profile": profile,
-            "settings": settings,
-            "code": code_version(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-    )
-    Path(out).mkdir(parents=True, exist_ok=True)
-    return atomic_write_text(path, json.dumps({"launches": launches}, indent=1, default=str) + "\n")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -258,10 +230,18 @@ def _train(args: argparse.Namespace) -> int:
         raise ValueError(
             "--allow-change is for --resume: it names settings a resumed run may change"
         )
+    if args.out is None and settings["train"].get("checkpoint_dir") is None:
+        if args.resume == "auto":
+            raise ValueError("--resume without a checkpoint needs --out, the run directory")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("under torchrun, name the run directory: --out DIR")
+        args.out = default_out(task_spec(task_name).name)
     check_run_directory(args.out)  # a file, or a directory a live run holds: refused now
     fixed: dict[str, Any] = {}
     if args.out is not None:
         fixed["checkpoint_dir"] = str(args.out)
+    if args.device is not None:
+        fixed["device"] = args.device
     if args.quiet:
         fixed["progress"] = False
     resume = None
@@ -278,8 +258,18 @@ def _train(args: argparse.Namespace) -> int:
     task = build_task(task_name, settings["data"], seed=seed, arch=arch)
     model_config, train_config = run_configs(task, settings["model"], settings["train"], **fixed)
     distributed = init_distributed(train_config.device)
-    if args.out is not None and distributed.is_main:
-        record_launch(args.out, args.argv, task_name, args.profile, settings)
+    out = train_config.checkpoint_dir
+    if out is not None and distributed.is_main:
+        record_launch(out, args.argv, task_name, args.profile, settings)
+        write_config(out, resolved_config(task, model_config, train_config))
+        if not args.quiet:
+            parameters = parameter_count(model_config)
+            _note(
+                f"training {task.name}: {parameters / 1e6:.1f}M parameters, "
+                f"{train_config.max_steps} updates; writing {out}/ (run.json, config.json, "
+                f"history, last.pt and best.pt of about {checkpoint_megabytes(parameters):.0f} MB "
+                "each)"
+            )
     try:
         fit = fit_task(
             task, model_config, train_config,
@@ -350,6 +340,15 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _progress(batches: list, what: str, show: bool = True) -> Any:
+    """``batches`` under a progress bar on stderr (count, rate, time left)."""
+    return tqdm(batches, desc=what, unit="batch", file=sys.stderr, leave=False, disable=not show)
+
+
 def _generate(args: argparse.Namespace) -> int:
     check_sampling(args.temperature, args.top_k, args.top_p)
     if not _is_main_process():
@@ -391,9 +390,15 @@ def _translate(args: argparse.Namespace) -> int:
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise ValueError("nothing to translate: give --text or lines on stdin")
-    batch = source_batch(lines, tokenizer, info, model.config.max_len, model.config.pad_id)
+    batches = [
+        source_batch(
+            lines[start : start + 64], tokenizer, info, model.config.max_len, model.config.pad_id
+        )
+        for start in range(0, len(lines), 64)
+    ]  # 64 sentences a batch: a bar that moves, memory that stays small
+    shown = _progress(batches, "translate")
     outputs = translate(
-        model, [batch], tokenizer, info, beam_size=args.beam, alpha=args.alpha,
+        model, shown, tokenizer, info, beam_size=args.beam, alpha=args.alpha,
         max_new_tokens=_room(args, model.config.max_len, 1), warn=_warn,
     )  # fmt: skip
     for text in outputs:
@@ -408,10 +413,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.split not in task.splits:
         raise ValueError(f"--split {args.split!r} is not one of: {', '.join(task.splits)}")
     batches = task.splits[args.split][: args.max_batches]
-    metrics: dict[str, Any] = evaluate(model, batches, model.config.pad_id, distributed=distributed)
+    metrics: dict[str, Any] = evaluate(
+        model, _progress(batches, f"loss on {args.split}", distributed.is_main),
+        model.config.pad_id, distributed=distributed,
+    )  # fmt: skip
     if model.config.arch == "encoder-decoder" and not args.no_bleu and distributed.is_main:
+        what = f"translate {args.split}" + (f" (beam {args.beam})" if args.beam > 1 else "")
         hypotheses = translate(
-            model, batches, tokenizer, info, beam_size=args.beam, alpha=args.alpha,
+            model, _progress(batches, what), tokenizer, info, beam_size=args.beam,
+            alpha=args.alpha,
             max_new_tokens=_room(args, model.config.max_len, 1), warn=_warn,
         )  # fmt: skip
         if args.split in task.references:  # the raw texts, as BLEU wants, not decoded ids

@@ -26,6 +26,21 @@ INIT_CHOICES = ("xavier", "normal")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 PRECISION_CHOICES = ("fp32", "bf16")
 MODE_CHOICES = ("auto", "min", "max")
+# Field -> its choices, for the command line's --help (each is checked in its class's
+# __post_init__).
+FIELD_CHOICES = {
+    "arch": ARCH_CHOICES,
+    "positional": POSITIONAL_CHOICES,
+    "norm": NORM_CHOICES,
+    "norm_position": NORM_POSITION_CHOICES,
+    "activation": ACTIVATION_CHOICES,
+    "init": INIT_CHOICES,
+    "optimizer": OPTIMIZER_CHOICES,
+    "schedule": SCHEDULE_CHOICES,
+    "device": DEVICE_CHOICES,
+    "precision": PRECISION_CHOICES,
+    "early_stopping_mode": MODE_CHOICES,
+}
 HIGHER_IS_BETTER = ("accuracy", "bleu", "chrf")  # early_stopping_mode="auto" maximises these
 
 

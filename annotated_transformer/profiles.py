@@ -221,6 +221,37 @@ def profile_names(family: str = "training") -> list[str]:
     return list(_family(family))
 
 
+# `auto`, the chapters' default: what this machine can run in minutes, never a long run by
+# surprise. The `gpu` sizes were measured on one H100; a GPU with less memory than this (Colab's
+# T4 or L4) is also a slower one, and gets the `cpu` sizes, which it runs in a few minutes.
+GPU_PROFILE_MIN_GIB = 35  # an A100-40GB reports 39.6 GiB; an L4 22
+
+
+def resolve_profile(profile: str = "auto", family: str = "training") -> tuple[str, str]:
+    """``(profile, why)``. ``auto``: ``smoke`` without CUDA (seconds: the book, CI, a Colab CPU
+    runtime); ``gpu`` on a GPU with at least :data:`GPU_PROFILE_MIN_GIB` GiB of memory (A100,
+    H100); ``cpu`` on a smaller one (Colab's T4 or L4). Any other name must be a profile of
+    ``family``; an unknown one is refused with the valid names."""
+    if profile != "auto":
+        if profile not in _family(family):
+            raise ValueError(
+                f"profile={profile!r} is not one of: auto, {', '.join(_family(family))}"
+            )
+        return profile, f"profile={profile!r} was asked for"
+    import torch  # here, not at import time: the sizes above are plain data
+
+    if not torch.cuda.is_available():
+        return "smoke", "profile='auto' and no CUDA device: the smoke profile (seconds per run)"
+    name = torch.cuda.get_device_name(0)
+    memory = torch.cuda.get_device_properties(0).total_memory / 2**30
+    if memory >= GPU_PROFILE_MIN_GIB:
+        return "gpu", f"profile='auto' on {name} ({memory:.0f} GiB): the gpu profile"
+    return "cpu", (
+        f"profile='auto' on {name} ({memory:.0f} GiB, under {GPU_PROFILE_MIN_GIB}): the cpu "
+        "profile's sizes, minutes on this GPU (the gpu profile is sized for an H100)"
+    )
+
+
 def _family(family: str) -> dict[str, dict[str, RunSize]]:
     if family not in FAMILIES:
         raise ValueError(f"family={family!r} is not one of: {', '.join(FAMILIES)}")

@@ -40,6 +40,23 @@ def dataclass_defaults(cls: type, exclude: Iterable[str] = ()) -> dict[str, Any]
     return defaults
 
 
+def describe_fields(cls: type, choices: Mapping[str, Iterable[str]] | None = None) -> list[str]:
+    """One line per field of dataclass ``cls``: name, type, default and, from ``choices`` (field
+    -> names), the accepted values: ``"norm_position  str  default "post"  one of: post, pre"``."""
+    choices = choices or {}
+    defaults = dataclass_defaults(cls)
+    fields = dataclasses.fields(cls)
+    width = max(len(item.name) for item in fields)
+    type_width = max(len(str(item.type)) for item in fields)
+    lines = []
+    for item in fields:
+        line = f"{item.name:<{width}}  {item.type!s:<{type_width}}  default {json.dumps(defaults[item.name])}"
+        if item.name in choices:
+            line += f"  one of: {', '.join(choices[item.name])}"
+        lines.append(line)
+    return lines
+
+
 def parse_value(text: str, default: Any = None) -> Any:
     """A value written as text: JSON when it parses, True/False/None words, else the text.
 

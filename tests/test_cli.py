@@ -1,6 +1,8 @@
+import dataclasses
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,7 @@ import torch
 
 from annotated_transformer.__main__ import main, resolve_settings
 from annotated_transformer.checkpoint import load_checkpoint, load_model
+from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.copy_task import copy_task_batches
 from annotated_transformer.decode import greedy_decode
 from annotated_transformer.settings import parse_value
@@ -62,6 +65,7 @@ def test_training_the_copy_task_reaches_full_accuracy_on_fresh_sequences(copy_ru
     assert torch.equal(decoded[:, 1:], batch.src)  # every sequence copied exactly
     assert sorted(path.name for path in directory.iterdir()) == [
         "best.pt",
+        "config.json",
         "history.csv",
         "history.json",
         "last.pt",
@@ -76,6 +80,67 @@ def test_the_run_directory_records_each_launch(copy_run):
     assert launch["command"].startswith("python -m annotated_transformer")
     assert launch["settings"]["train"] == {"progress": False}
     assert len(launch["code"]["git_commit"]) == 40 and launch["started"][:2] == "20"
+
+
+def test_the_run_directory_holds_the_resolved_config_every_field_spelled_out(copy_run):
+    directory, _ = copy_run
+    config = json.loads((directory / "config.json").read_text())
+    assert set(config["model"]) == {item.name for item in dataclasses.fields(TransformerConfig)}
+    assert set(config["train"]) == {item.name for item in dataclasses.fields(TrainConfig)}
+    state = load_checkpoint(directory / "last.pt")
+    assert config["model"] == json.loads(json.dumps(state["model_config"]))  # what was trained
+    assert config["train"]["checkpoint_dir"] == str(directory)
+    assert config["train"]["progress"] is False  # --set progress=false, resolved
+    assert config["task"] == {"name": "copy", "options": state["task"]["options"]}
+    assert TransformerConfig.from_dict(config["model"]).d_model == state["model_config"]["d_model"]
+
+
+def test_without_out_a_run_goes_to_a_named_folder_and_says_where(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--task", "copy", *TINY_MODEL, *FEW_STEPS, "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"copy-\d{8}-\d{6}", folder.name)
+    assert f"writing {Path('runs') / folder.name}/" in err
+    assert {"last.pt", "best.pt", "run.json", "config.json"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["train"]["device"] == "cpu"
+
+
+def test_train_says_where_it_writes_and_how_big_the_model_and_checkpoints_are(tmp_path, capsys):
+    code = main(["train", "--task", "copy", *TINY_MODEL, *FEW_STEPS, "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert f"writing {tmp_path / 'r'}/" in err and "2 updates" in err and "MB each" in err
+    parameters = sum(p.numel() for p in load_model(tmp_path / "r" / "last.pt")[0].parameters())
+    assert f"{parameters / 1e6:.1f}M parameters" in err
+
+
+def test_train_device_is_refused_unless_one_of_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "copy", "--device", "tpu"])
+    assert "argument --device: invalid choice: 'tpu' (choose from" in capsys.readouterr().err
+
+
+def test_under_torchrun_a_run_needs_a_named_folder(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "copy"])
+    assert "under torchrun, name the run directory: --out DIR" in capsys.readouterr().err
+
+
+def test_train_help_lists_every_setting_with_type_default_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for cls in (TransformerConfig, TrainConfig):
+        for item in dataclasses.fields(cls):
+            line = next(line for line in out.splitlines() if line.split()[:1] == [item.name])
+            assert str(item.type) in line and "default" in line, line
+    norm_position = next(line for line in out.splitlines() if "norm_position" in line)
+    assert 'default "post"' in norm_position and "one of: post, pre" in norm_position
+    assert "task options (data.KEY) of cmn-eng, multi30k:" in out
+    assert "bpe_vocab_size   a positive integer, default 8000" in out
 
 
 def test_a_profile_is_the_base_that_config_and_set_override():
@@ -109,9 +174,8 @@ def test_translate_copies_sentences_from_arguments_and_stdin(copy_run, capsys, m
 
 def test_evaluate_reports_loss_perplexity_accuracy_and_bleu(copy_run, capsys):
     directory, _ = copy_run
-    code, out = run(
-        capsys, "evaluate", directory / "best.pt", "--split", "test", "--max-batches", "2"
-    )
+    code = main(["evaluate", str(directory / "best.pt"), "--split", "test", "--max-batches", "2"])
+    out, err = capsys.readouterr()
     metrics = json.loads(out)
     assert code == 0
     assert metrics["accuracy"] == 1.0 and metrics["exact_match"] == 1.0
@@ -119,6 +183,7 @@ def test_evaluate_reports_loss_perplexity_accuracy_and_bleu(copy_run, capsys):
     assert metrics["bleu"] == pytest.approx(100.0)
     assert metrics["bleu_signature"].startswith("nrefs:1|")
     assert metrics["tokens"] == 2 * 64 * 10
+    assert "loss on test" in err and "translate test" in err and "2/2" in err  # progress bars
 
 
 def test_resuming_a_finished_run_trains_no_further(copy_run, capsys):

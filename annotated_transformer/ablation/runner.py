@@ -15,20 +15,17 @@ from typing import Any
 
 import torch
 
+from .. import profiles
 from ..experiments import ResultsStore, run_key, run_or_load
-from .configs import PROFILES, run_configs
+from .configs import run_configs
 from .runs import train_run
 
 
 def resolve_profile(profile: str = "auto") -> tuple[str, str]:
-    """``(profile, why)``: ``auto`` is ``gpu`` when CUDA is available, else ``smoke``."""
-    if profile == "auto":
-        if torch.cuda.is_available():
-            return "gpu", f"profile='auto' and CUDA is available ({torch.cuda.get_device_name(0)})"
-        return "smoke", "profile='auto' and no CUDA device: the smoke profile (seconds per run)"
-    if profile not in PROFILES:
-        raise ValueError(f"profile={profile!r} is not one of: auto, {', '.join(PROFILES)}")
-    return profile, f"profile={profile!r} was asked for"
+    """``(profile, why)``, as :func:`annotated_transformer.profiles.resolve_profile` decides for
+    chapter 09's sizes: ``auto`` is ``smoke`` without CUDA, ``gpu`` on an A100/H100-class GPU,
+    ``cpu`` on a smaller one (Colab's T4 or L4)."""
+    return profiles.resolve_profile(profile, "ablation")
 
 
 def resolve_jobs(jobs: int | str = "auto", runs: int = 1, device: str = "auto") -> int:

@@ -1,0 +1,130 @@
+"""The experiment chapters' papermill conventions: a typed, documented parameters cell right after
+the Colab cell, the same default profile everywhere, the task names users type, one seed allowed,
+unknown values refused with the valid ones."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer import ablation as ab
+from annotated_transformer.profiles import parse_task_list, resolve_profile
+
+papermill_translators = pytest.importorskip("papermill.translators")
+
+CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
+EXPERIMENTS = ("08_training.ipynb", "09_ablation.ipynb", "10_attention_visualisation.ipynb")
+
+
+def parameters(name):
+    """papermill's reading of the chapter's parameters cell (what --help-notebook prints), and
+    the cell's place among the code cells."""
+    notebook = json.loads((CHAPTERS / name).read_text(encoding="utf-8"))
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    (index,) = [
+        i for i, cell in enumerate(code) if "parameters" in cell["metadata"].get("tags", [])
+    ]
+    source = {"source": "".join(code[index]["source"])}
+    found = papermill_translators.PythonTranslator.inspect(source)
+    return index, {parameter.name: parameter for parameter in found}
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_the_parameters_cell_is_the_second_code_cell_and_every_parameter_has_a_type_and_help(name):
+    index, found = parameters(name)
+    assert index == 1  # after the Colab cell, as book/how_to_use.md says
+    assert found
+    for parameter in found.values():
+        assert parameter.inferred_type_name in {"str", "int", "bool", "dict", "float"}, parameter
+        assert parameter.help, parameter  # --help-notebook's one line
+
+
+def test_profile_defaults_to_auto_in_both_experiment_chapters():
+    for name in EXPERIMENTS[:2]:
+        _, found = parameters(name)
+        assert found["profile"].default == '"auto"'
+        assert found["profile"].inferred_type_name == "str"
+
+
+def test_auto_is_smoke_on_a_cpu_and_never_the_h100_profile_on_a_small_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for family in ("training", "ablation"):
+        assert resolve_profile("auto", family)[0] == "smoke"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "Tesla T4")
+
+    class Properties:
+        total_memory = 15 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: Properties)
+    profile, why = resolve_profile("auto", "ablation")
+    assert profile == "cpu" and "Tesla T4" in why
+    assert ab.resolve_profile("auto")[0] == "cpu"  # chapter 09 asks the same function
+    Properties.total_memory = 80 * 2**30
+    assert resolve_profile("auto")[0] == "gpu"
+
+
+def test_unknown_profiles_and_tasks_are_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match="profile='big' is not one of: auto, smoke, cpu, gpu"):
+        resolve_profile("big")
+    with pytest.raises(ValueError, match="is not one of: auto, smoke, cpu, gpu$"):
+        resolve_profile("reference", "ablation")
+    with pytest.raises(ValueError, match="task='shakespear' is not one of: cmn-eng, copy"):
+        parse_task_list("shakespear", "smoke")
+
+
+def test_task_names_are_the_data_set_names_users_type():
+    assert parse_task_list("tinyshakespeare", "smoke") == ["tinyshakespeare"]
+    assert parse_task_list(" copy, shakespeare ", "cpu") == ["copy", "tinyshakespeare"]
+    _, found = parameters("08_training.ipynb")
+    typed = json.loads(found["tasks"].default).split(",")
+    assert parse_task_list(found["tasks"].default.strip('"'), "smoke") == typed
+    _, found = parameters("09_ablation.ipynb")
+    assert json.loads(found["task"].default) in ab.PROFILES["smoke"]
+
+
+def test_one_seed_is_a_study_whose_tables_show_numbers_without_intervals():
+    assert ab.parse_seeds(1) == [0] and ab.parse_seeds("7") == [7]
+    configs = ab.run_configs("heads", "multi30k", seeds=1, profile="smoke")
+    assert {config["seed"] for config in configs} == {0}
+    records = [
+        {
+            "config": {"variant": c["variant"], "factors": c["factors"], "seed": 0},
+            "metrics": {"test_bleu": 10.0 + i},
+        }
+        for i, c in enumerate(configs)
+    ]
+    for row in ab.summarize(records, "test_bleu"):
+        assert row["n"] == 1 and row["mean"] == pytest.approx(row["min"])
+        assert row.get("verdict") in (None, "cannot judge")
+
+
+def test_chapter_09s_noise_report_takes_a_one_seed_study(capsys):
+    """`-p seeds 1` on a translation study used to end in StatisticsError (a mean of no stds)."""
+    notebook = json.loads((CHAPTERS / "09_ablation.ipynb").read_text(encoding="utf-8"))
+    (cell,) = [
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if c["cell_type"] == "code" and "def noise_report" in "".join(c["source"])
+    ]
+    definition = cell.split("\n\n\nprint(provenance)")[0]  # the function, not the call
+    namespace: dict = {}
+    exec("import math\nimport statistics\n" + definition, namespace)
+    configs = ab.run_configs("heads", "multi30k", seeds=1, profile="smoke")
+    records = [
+        {
+            "config": {"variant": c["variant"], "factors": c["factors"], "seed": 0},
+            "metrics": {
+                "test_bleu": 10.0 + i,
+                "test_bleu_low": 9.0 + i,
+                "test_bleu_high": 11.0 + i,
+                "test_sentences": 64,
+            },
+        }
+        for i, c in enumerate(configs)
+    ]
+    namespace["noise_report"](ab.summarize(records, "test_bleu"), records)
+    out = capsys.readouterr().out
+    assert "2.00 BLEU wide on average" in out
+    assert "a standard deviation and an interval need >= 2 seeds" in out
