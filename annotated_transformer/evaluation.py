@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from .data.batch import Batch
 from .decode import beam_search, greedy_decode
-from .metrics import bleu_interval, corpus_bleu, corpus_chrf
+from .metrics import SACREBLEU_SEED, bleu_interval, corpus_bleu, corpus_chrf
 from .task_options import TaskInfo
 
 
@@ -200,10 +200,11 @@ def score_translations(
     references: Sequence[str],
     *,
     resamples: int = 0,
-    seed: int = 0,
+    seed: int = SACREBLEU_SEED,
 ) -> TranslationScores:
-    """BLEU (cased and lowercased), chrF, exact match, and with ``resamples`` a 95% bootstrap
-    interval of BLEU over sentences (:func:`annotated_transformer.metrics.bleu_interval`)."""
+    """BLEU (cased and lowercased), chrF, exact match, and with ``resamples`` (0: none)
+    sacreBLEU's 95% bootstrap interval of BLEU over sentences
+    (:func:`annotated_transformer.metrics.bleu_interval`; ``seed``: its resampling seed)."""
     bleu = corpus_bleu(hypotheses, references)
     low = high = None
     if resamples:

@@ -2,16 +2,18 @@
 
 BLEU and chrF come from sacrebleu (Post 2018), whose *signature* records every setting that changes
 the number (tokenizer, casing, smoothing, version): a BLEU score without it cannot be compared.
-Confidence intervals come from the bootstrap over test sentences (Koehn 2004).
+Confidence intervals and paired comparisons of BLEU come from sacreBLEU's own bootstrap over test
+sentences (Koehn 2004); the t distribution of the seed statistics (chapter 09) from ``scipy.stats``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -101,7 +103,7 @@ def _check_parallel(hypotheses: Sequence[str], references: Sequence[str]) -> Non
 
 @dataclass
 class Interval:
-    """A point estimate with a bootstrap confidence interval."""
+    """A point estimate with a confidence interval."""
 
     estimate: float
     low: float
@@ -113,33 +115,29 @@ class Interval:
         return f"{self.estimate:.2f} ({percent}% CI {self.low:.2f} to {self.high:.2f})"
 
 
-def bootstrap_interval(
-    statistic: Callable[[np.ndarray], float],
-    size: int,
-    *,
-    resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> Interval:
-    """Percentile bootstrap: recompute ``statistic`` on ``resamples`` resamples of ``size`` items.
+SACREBLEU_SEED = 12345  # sacreBLEU's own default seed for its resampling
 
-    Args:
-        statistic: maps an index array (items drawn with replacement) to a number, e.g. the corpus
-            BLEU of those sentences.
-        size: how many items (sentences, tokens, runs) there are.
-    """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if size < 1:
-        raise ValueError(f"need at least one item to resample, got size={size}")
-    generator = np.random.default_rng(seed)
-    estimate = statistic(np.arange(size))
-    values = np.array(
-        [statistic(generator.integers(0, size, size)) for _ in range(resamples)], dtype=float
-    )
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(values, [tail, 1 - tail])
-    return Interval(float(estimate), float(low), float(high), confidence)
+
+@contextmanager
+def _sacrebleu_seed(seed: int) -> Iterator[None]:
+    """sacreBLEU reads its resampling seed from ``SACREBLEU_SEED`` only: set it for one call."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 1:
+        # sacreBLEU's paired test treats a seed of 0 as "no seed" and draws from the OS.
+        raise ValueError(f"seed={seed!r} is not accepted: use a positive integer")
+    before = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SACREBLEU_SEED"]
+        else:
+            os.environ["SACREBLEU_SEED"] = before
+
+
+def _check_resamples(resamples: int) -> None:
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples={resamples!r} is not accepted: use an integer >= 1")
 
 
 def bleu_interval(
@@ -147,27 +145,97 @@ def bleu_interval(
     references: Sequence[str],
     *,
     resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-    **bleu_options,
+    seed: int = SACREBLEU_SEED,
+    tokenize: str = "13a",
+    lowercase: bool = False,
 ) -> Interval:
-    """Corpus BLEU with a sentence-level bootstrap confidence interval."""
+    """Corpus BLEU with sacreBLEU's own 95% bootstrap interval over sentences (Koehn 2004).
+
+    sacreBLEU resamples the sentences' n-gram statistics ``resamples`` times and reports
+    ``mean ± half-width`` of the 2.5%–97.5% range of the resampled scores (``sacrebleu
+    --confidence`` prints the same numbers): ``low``/``high`` are that mean minus/plus the
+    half-width, ``estimate`` the BLEU of the whole corpus.
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
     _check_parallel(hypotheses, references)
+    _check_resamples(resamples)
+    with _sacrebleu_seed(seed):
+        test = PairedTest(
+            [("system", list(hypotheses))],
+            {"BLEU": BLEU(tokenize=tokenize, lowercase=lowercase)},
+            [list(references)],
+            test_type="bs",
+            n_samples=resamples,
+        )
+        _, results = test()
+    (result,) = results["BLEU"]
+    low, high = float(result.mean - result.ci), float(result.mean + result.ci)
+    return Interval(float(result.score), low, high, 0.95)
 
-    def bleu_of(index: np.ndarray) -> float:
-        picked = index.tolist()
-        return corpus_bleu(
-            [hypotheses[i] for i in picked], [references[i] for i in picked], **bleu_options
-        ).score
 
-    return bootstrap_interval(
-        bleu_of, len(hypotheses), resamples=resamples, confidence=confidence, seed=seed
+@dataclass(frozen=True)
+class PairedComparison:
+    """sacreBLEU's paired bootstrap test of a system against a baseline on the same sentences.
+
+    ``difference``: system BLEU minus baseline BLEU; ``p_value``: the probability of a
+    difference at least this large (either way) if the two systems were equally good;
+    ``low``/``high``: the system's 95% bootstrap interval (as :func:`bleu_interval`).
+    """
+
+    baseline: float
+    system: float
+    difference: float
+    p_value: float
+    low: float
+    high: float
+    signature: str
+
+
+def paired_bleu(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    *,
+    resamples: int = 1000,
+    seed: int = SACREBLEU_SEED,
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> PairedComparison:
+    """Is ``system`` better than ``baseline`` beyond the test-set noise? sacreBLEU's paired
+    bootstrap resampling (``sacrebleu --paired-bs``, Koehn 2004): both systems are scored on the
+    same ``resamples`` resamples of the sentences."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    _check_parallel(baseline, references)
+    _check_parallel(system, references)
+    _check_resamples(resamples)
+    with _sacrebleu_seed(seed):
+        test = PairedTest(
+            [("baseline", list(baseline)), ("system", list(system))],
+            {"BLEU": BLEU(tokenize=tokenize, lowercase=lowercase)},
+            [list(references)],
+            test_type="bs",
+            n_samples=resamples,
+        )
+        signatures, results = test()
+    first, second = results["BLEU"]
+    return PairedComparison(
+        baseline=first.score,
+        system=second.score,
+        difference=second.score - first.score,
+        p_value=float(second.p_value),
+        low=float(second.mean - second.ci),
+        high=float(second.mean + second.ci),
+        signature=str(signatures["BLEU"]),
     )
 
 
 def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     """Mean with a Student-t confidence interval (for a handful of seeds, where the bootstrap is
-    unreliable)."""
+    unreliable): ``mean ± t_{(1+confidence)/2, n-1} · s / √n``."""
     from statistics import mean, stdev
 
     values = [float(v) for v in values]
@@ -179,39 +247,23 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     return Interval(center, center - half_width, center + half_width, confidence)
 
 
-def t_cdf(t: float, degrees: int) -> float:
-    """CDF of Student's t with integer ``degrees`` of freedom, in closed form.
+def t_cdf(t: float, degrees: float) -> float:
+    """CDF of Student's t with ``degrees`` of freedom (any positive number; Welch's test has
+    fractional ones), from ``scipy.stats.t``."""
+    from scipy import stats
 
-    Abramowitz & Stegun 26.7.3–4: with ``θ = atan(t / √ν)``, ``A = P(|T| <= |t|)`` is a finite
-    series in ``cos θ``; odd and even ``ν`` have different series.
-    """
-    if degrees < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {degrees}")
-    theta = math.atan(abs(t) / math.sqrt(degrees))
-    cos_sq = math.cos(theta) ** 2
-    if degrees % 2 == 1:
-        term, series = math.cos(theta), 0.0
-        if degrees > 1:
-            series = term
-            for k in range(3, degrees - 1, 2):  # coefficients 2/3, 2·4/(3·5), ...
-                term *= (k - 1) / k * cos_sq
-                series += term
-        inside = (2 / math.pi) * (theta + math.sin(theta) * series)
-    else:
-        term, series = 1.0, 1.0
-        for k in range(2, degrees - 1, 2):  # coefficients 1/2, 1·3/(2·4), ...
-            term *= (k - 1) / k * cos_sq
-            series += term
-        inside = math.sin(theta) * series
-    return 0.5 + math.copysign(inside / 2, t)
+    if not degrees > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {degrees}")
+    return float(stats.t.cdf(t, degrees))
 
 
-def t_quantile(probability: float, degrees: int) -> float:
-    """Inverse of :func:`t_cdf` by bisection."""
+def t_quantile(probability: float, degrees: float) -> float:
+    """Inverse of :func:`t_cdf`: the ``probability`` quantile of Student's t, from
+    ``scipy.stats.t``."""
+    from scipy import stats
+
     if not 0 < probability < 1:
         raise ValueError(f"probability must be in (0, 1), got {probability}")
-    low, high = -1e6, 1e6
-    for _ in range(200):
-        middle = (low + high) / 2
-        low, high = (middle, high) if t_cdf(middle, degrees) < probability else (low, middle)
-    return (low + high) / 2
+    if not degrees > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {degrees}")
+    return float(stats.t.ppf(probability, degrees))

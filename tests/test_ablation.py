@@ -195,6 +195,10 @@ def test_welch_test_by_hand():
     assert math.isclose(result["df"], 4.0)  # equal variances and sizes: n1 + n2 - 2
     # t = 3.67 lies between the 97.5% (2.776) and 99% (3.747) quantiles of t with 4 df.
     assert 0.02 < result["p_value"] < 0.05
+    # With 4 df, P(|T| <= t) = sin θ (1 + cos² θ / 2), θ = atan(t / 2) (Abramowitz & Stegun 26.7.4).
+    theta = math.atan(result["t"] / 2)
+    inside = math.sin(theta) * (1 + math.cos(theta) ** 2 / 2)
+    assert result["p_value"] == pytest.approx(1 - inside, rel=1e-9)
 
 
 def test_noise_judgement_both_ways_and_with_one_run():

@@ -1,8 +1,11 @@
-"""Metrics against their references: sacrebleu, F.cross_entropy, and the t distribution."""
+"""Metrics against their references: sacrebleu (scores, its bootstrap interval and paired test),
+F.cross_entropy, and the t distribution."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -12,10 +15,10 @@ import torch.nn.functional as F
 
 from annotated_transformer.metrics import (
     bleu_interval,
-    bootstrap_interval,
     corpus_bleu,
     corpus_chrf,
     mean_interval,
+    paired_bleu,
     perplexity,
     t_cdf,
     t_quantile,
@@ -81,14 +84,13 @@ def test_token_loss_and_accuracy_skip_padding():
     assert perplexity(1e4) == math.inf
 
 
-@pytest.mark.parametrize("degrees", [1, 2, 3, 4, 7, 10])
-def test_t_cdf_matches_numerical_integration_of_the_density(degrees):
-    distribution = torch.distributions.StudentT(torch.tensor(float(degrees), dtype=torch.float64))
-    grid = torch.linspace(-2000.0, 2.5, 2_000_001, dtype=torch.float64)
-    density = distribution.log_prob(grid).exp()
-    integral = torch.trapezoid(density, grid).item()
-    tail = 0.0 if degrees > 1 else 1 / math.pi * math.atan(1 / 2000)  # Cauchy mass below -2000
-    assert t_cdf(2.5, degrees) == pytest.approx(integral + tail, abs=2e-4)
+def test_t_distribution_matches_closed_forms_and_a_t_table():
+    for t in (-3.0, 0.4, 2.5):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)  # Cauchy
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    table = {(0.975, 1): 12.706, (0.975, 2): 4.303, (0.975, 10): 2.228, (0.995, 30): 2.750}
+    for (probability, degrees), value in table.items():
+        assert t_quantile(probability, degrees) == pytest.approx(value, abs=5e-4)
 
 
 def test_t_quantile_inverts_the_cdf():
@@ -106,18 +108,63 @@ def test_mean_interval_is_the_student_t_interval():
     assert interval.low < min(values) < max(values) < interval.high  # 3 seeds: a wide interval
 
 
-def test_bootstrap_interval_of_a_mean_matches_theory():
-    generator = np.random.default_rng(1)
-    data = generator.normal(5.0, 2.0, size=400)
-    interval = bootstrap_interval(lambda index: data[index].mean(), len(data), resamples=2000)
-    standard_error = data.std(ddof=1) / math.sqrt(len(data))
-    assert interval.low < interval.estimate < interval.high
-    assert interval.high - interval.low == pytest.approx(2 * 1.96 * standard_error, rel=0.15)
+def test_fractional_degrees_of_freedom_lie_between_their_integer_neighbours():
+    # Welch's test has fractional df: the t CDF moves monotonically from 3 to 4 degrees.
+    assert t_cdf(2.5, 3) < t_cdf(2.5, 3.5) < t_cdf(2.5, 4)
+    with pytest.raises(ValueError, match="degrees of freedom must be > 0, got 0"):
+        t_quantile(0.9, 0)
 
 
-def test_bleu_interval_is_reproducible_and_brackets_the_score():
+def test_bleu_interval_is_sacrebleus_own_bootstrap(monkeypatch):
+    hypotheses, references = HYPOTHESES * 5, REFERENCES * 5
+    ours = bleu_interval(hypotheses, references, resamples=300, seed=7)
+    # What `sacrebleu --confidence` reports for the same seed: mean ± half-width (JSON form).
+    monkeypatch.setenv("SACREBLEU_SEED", "7")
+    metric = sacrebleu.metrics.BLEU()
+    score = metric.corpus_score(hypotheses, [references], n_bootstrap=300)
+    signature = str(metric.get_signature())
+    reported = json.loads(score.format(width=6, signature=signature, is_json=True))
+    center, half = reported["confidence_mean"], reported["confidence_var"]
+    assert ours.estimate == pytest.approx(score.score, abs=1e-9)
+    assert ours.low == pytest.approx(center - half, abs=1e-5)
+    assert ours.high == pytest.approx(center + half, abs=1e-5)
+    assert ours.confidence == 0.95 and half > 0
+
+
+def test_bleu_interval_is_reproducible_leaves_the_environment_alone_and_brackets_the_score():
+    before = os.environ.get("SACREBLEU_SEED")
     first = bleu_interval(HYPOTHESES * 5, REFERENCES * 5, resamples=200, seed=3)
     second = bleu_interval(HYPOTHESES * 5, REFERENCES * 5, resamples=200, seed=3)
-    assert first == second
+    other = bleu_interval(HYPOTHESES * 5, REFERENCES * 5, resamples=200, seed=4)
+    assert os.environ.get("SACREBLEU_SEED") == before
+    assert first == second and other != first
     assert first.low <= first.estimate <= first.high
     assert first.estimate == pytest.approx(corpus_bleu(HYPOTHESES * 5, REFERENCES * 5).score)
+
+
+def test_bleu_interval_refuses_a_seed_sacrebleu_would_ignore():
+    with pytest.raises(ValueError, match="seed=0 is not accepted: use a positive integer"):
+        bleu_interval(HYPOTHESES, REFERENCES, seed=0)
+    with pytest.raises(ValueError, match="resamples=0 is not accepted: use an integer >= 1"):
+        bleu_interval(HYPOTHESES, REFERENCES, resamples=0)
+
+
+def test_paired_bleu_is_sacrebleus_paired_bootstrap():
+    references = REFERENCES * 10
+    weak = ["a man ." if i % 2 else h for i, h in enumerate(HYPOTHESES * 10)]
+    better = paired_bleu(weak, HYPOTHESES * 10, references, resamples=300)
+    assert better.baseline == pytest.approx(corpus_bleu(weak, references).score)
+    assert better.system == pytest.approx(corpus_bleu(HYPOTHESES * 10, references).score)
+    assert (
+        better.difference == pytest.approx(better.system - better.baseline)
+        and better.difference > 0
+    )
+    assert better.p_value < 0.05  # half the sentences truncated: beyond test-set noise
+    assert "bs:300" in better.signature and "seed:12345" in better.signature
+    # The test is of |difference|: swapping the systems gives the same p-value.
+    swapped = paired_bleu(HYPOTHESES * 10, weak, references, resamples=300)
+    assert swapped.p_value == better.p_value and swapped.difference == -better.difference
+    # One sentence changed out of 40: not a difference the test can see.
+    close = HYPOTHESES * 10
+    close = ["two dogs play in snow", *close[1:]]
+    assert paired_bleu(HYPOTHESES * 10, close, references, resamples=300).p_value > 0.05

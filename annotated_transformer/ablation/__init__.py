@@ -20,6 +20,7 @@ The pieces:
   model on a character LM (validation loss, bits per character, and the last-position loss);
 - pure analysis of records: :func:`summarize` (mean, std, 95% t interval, min, max),
   :func:`rank`, :func:`welch_test` and :func:`judge` (is a difference beyond seed noise?),
+  :func:`holm` (the p-values of a study's several comparisons adjusted together),
   :func:`main_effects`, :func:`interaction`, :func:`curves`, and :func:`vaswani_comparison`, which
   states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree.
 
@@ -29,7 +30,7 @@ One file per step, each importable on its own::
     configs.py     the profiles (smoke / cpu / gpu), overrides, one config per variant and seed
     runs.py        training and measuring one run (prefix LM and encoder-only translation too)
     runner.py      run_study: stored runs loaded, missing ones trained, several at once
-    statistics.py  summaries, t intervals, Welch's test, main effects, interactions, curves
+    statistics.py  summaries, t intervals, Welch's test, Holm, main effects, interactions, curves
     vaswani.py     Table 3 of the paper and the computed comparison with our trends
     report.py      the provenance line of every table, and the tables written as files
 """
@@ -68,6 +69,7 @@ from .runs import (  # noqa: F401
 from .statistics import (  # noqa: F401
     curves,
     default_metric,
+    holm,
     interaction,
     judge,
     main_effects,

@@ -1,4 +1,6 @@
-"""Analysis of records: summaries, intervals, Welch's test, main effects, interactions.
+"""Analysis of records: summaries, intervals, Welch's test, Holm's correction, main effects,
+interactions. The t distribution, Welch's test and Holm's correction come from kept libraries
+(``scipy.stats``, ``statsmodels``); this module decides what is compared with what.
 
 Part of :mod:`annotated_transformer.ablation` (chapter 09).
 """
@@ -10,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from statistics import mean, stdev
 from typing import Any
 
-from ..metrics import mean_interval, t_cdf
+from ..metrics import mean_interval
 from .studies import task_kind
 
 
@@ -32,29 +34,57 @@ def variant_values(records: Iterable[dict[str, Any]], metric: str) -> dict[str, 
 
 
 def welch_test(first: Sequence[float], second: Sequence[float]) -> dict[str, float]:
-    """Welch's t-test of ``mean(second) - mean(first)``, two-sided.
+    """Welch's t-test of ``mean(second) - mean(first)``, two-sided, from
+    ``scipy.stats.ttest_ind(second, first, equal_var=False)``: ``t``, the Welch-Satterthwaite
+    degrees of freedom ``df`` (a fractional number) and the p-value of t with ``df`` degrees.
 
-    The degrees of freedom (Welch-Satterthwaite) are rounded down to an integer for
-    :func:`~annotated_transformer.metrics.t_cdf`: a slightly conservative test.
+    Two sides without spread have an infinite t (p = 0) when their means differ, and t = 0
+    (p = 1) when they do not.
     """
+    from scipy import stats
+
     if len(first) < 2 or len(second) < 2:
         raise ValueError("Welch's test needs at least 2 values on each side")
     difference = mean(second) - mean(first)
-    var_first, var_second = stdev(first) ** 2 / len(first), stdev(second) ** 2 / len(second)
-    standard_error = math.sqrt(var_first + var_second)
-    if standard_error == 0:
+    if stdev(first) == 0 and stdev(second) == 0:
         return {
             "difference": difference,
-            "t": math.inf if difference else 0.0,
+            "t": math.copysign(math.inf, difference) if difference else 0.0,
             "df": math.inf,
             "p_value": 0.0 if difference else 1.0,
         }
-    t = difference / standard_error
-    df = (var_first + var_second) ** 2 / (
-        var_first**2 / (len(first) - 1) + var_second**2 / (len(second) - 1)
-    )
-    p_value = 2 * (1 - t_cdf(abs(t), max(1, math.floor(df))))
-    return {"difference": difference, "t": t, "df": df, "p_value": p_value}
+    result = stats.ttest_ind(second, first, equal_var=False)
+    return {
+        "difference": difference,
+        "t": float(result.statistic),
+        "df": float(result.df),
+        "p_value": float(result.pvalue),
+    }
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (Holm 1979), from
+    ``statsmodels.stats.multitest.multipletests(method="holm")``.
+
+    Call a difference real when its adjusted value is below ``alpha`` (say 0.05), and the
+    chance of calling *any* true null difference of the family real stays below ``alpha``.
+    Sorted ascending, the ``i``-th smallest of ``m`` values becomes
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))``. NaN entries (a comparison that could not be
+    made) stay NaN and do not count towards ``m``.
+    """
+    from statsmodels.stats.multitest import multipletests
+
+    values = [float(p) for p in p_values]
+    for p in values:
+        if not (math.isnan(p) or 0 <= p <= 1):
+            raise ValueError(f"p-values must be in [0, 1] (or NaN), got {p}")
+    finite = [index for index, p in enumerate(values) if not math.isnan(p)]
+    adjusted = [math.nan] * len(values)
+    if finite:
+        _, corrected, _, _ = multipletests([values[i] for i in finite], method="holm")
+        for index, p in zip(finite, corrected, strict=True):
+            adjusted[index] = float(p)
+    return adjusted
 
 
 def judge(
@@ -77,7 +107,9 @@ def summarize(
     records: Sequence[dict[str, Any]], metric: str, confidence: float = 0.95
 ) -> list[dict[str, Any]]:
     """One row per variant: n, mean, std, t interval, min, max, and the difference to the
-    baseline variant with :func:`judge`'s verdict."""
+    baseline variant with :func:`judge`'s verdict; ``p_holm``: the p-value adjusted by
+    :func:`holm` over all of the study's comparisons with the baseline (the ``verdict`` is
+    per comparison, unadjusted)."""
     values = variant_values(records, metric)
     factors = {r["config"]["variant"]: r["config"]["factors"] for r in records}
     baselines = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
@@ -109,6 +141,9 @@ def summarize(
             row.update({"vs_baseline": verdict["difference"], "p_value": verdict["p_value"]})
             row["verdict"] = verdict["verdict"]
         rows.append(row)
+    compared = [row for row in rows if "p_value" in row]
+    for row, adjusted in zip(compared, holm([row["p_value"] for row in compared]), strict=True):
+        row["p_holm"] = adjusted
     return rows
 
 

@@ -1,0 +1,152 @@
+"""ablation/statistics.py on kept libraries: the t interval and Welch's test from scipy.stats,
+Holm's correction from statsmodels, held against the hand-written code they replaced (kept below
+as the reference) on every stored study under results/ablation/, and against a hand-computed
+Holm example."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from annotated_transformer import ablation as ab
+
+STORED = Path(__file__).resolve().parent.parent / "results" / "ablation"
+
+
+# -- the hand-written code that scipy.stats replaced (annotated_transformer 0.1.0) ----------------
+
+
+def old_t_cdf(t: float, degrees: int) -> float:
+    """Abramowitz & Stegun 26.7.3-4: Student's t CDF for integer degrees, as a finite series."""
+    theta = math.atan(abs(t) / math.sqrt(degrees))
+    cos_sq = math.cos(theta) ** 2
+    if degrees % 2 == 1:
+        term, series = math.cos(theta), 0.0
+        if degrees > 1:
+            series = term
+            for k in range(3, degrees - 1, 2):
+                term *= (k - 1) / k * cos_sq
+                series += term
+        inside = (2 / math.pi) * (theta + math.sin(theta) * series)
+    else:
+        term, series = 1.0, 1.0
+        for k in range(2, degrees - 1, 2):
+            term *= (k - 1) / k * cos_sq
+            series += term
+        inside = math.sin(theta) * series
+    return 0.5 + math.copysign(inside / 2, t)
+
+
+def old_t_quantile(probability: float, degrees: int) -> float:
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if old_t_cdf(middle, degrees) < probability else (low, middle)
+    return (low + high) / 2
+
+
+def old_welch(first, second):
+    """The old test: Welch-Satterthwaite df rounded down for the integer-only series."""
+    n1, n2 = len(first), len(second)
+    m1, m2 = sum(first) / n1, sum(second) / n2
+    v1 = sum((x - m1) ** 2 for x in first) / (n1 - 1) / n1
+    v2 = sum((x - m2) ** 2 for x in second) / (n2 - 1) / n2
+    t = (m2 - m1) / math.sqrt(v1 + v2)
+    df = (v1 + v2) ** 2 / (v1**2 / (n1 - 1) + v2**2 / (n2 - 1))
+    return t, df, 2 * (1 - old_t_cdf(abs(t), max(1, math.floor(df))))
+
+
+def _stored_studies():
+    groups = {}
+    for path in sorted(STORED.glob("*.json")):
+        record = json.loads(path.read_text())
+        config = record["config"]
+        groups.setdefault((config["task"], config["study"], config["profile"]), []).append(record)
+    return groups
+
+
+STUDIES = _stored_studies()
+
+
+def test_the_stored_studies_are_there():
+    assert len(STUDIES) >= 5, sorted(STUDIES)
+
+
+@pytest.mark.parametrize("key", sorted(STUDIES), ids="-".join)
+def test_scipy_intervals_equal_the_old_series_and_bisection_on_a_stored_study(key):
+    records = STUDIES[key]
+    metric, _ = ab.default_metric(key[0])
+    values = ab.variant_values(records, metric)
+    for row in ab.summarize(records, metric):
+        runs = values[row["variant"]]
+        n = len(runs)
+        assert n >= 2
+        center = sum(runs) / n
+        s = math.sqrt(sum((x - center) ** 2 for x in runs) / (n - 1))
+        half = old_t_quantile(0.975, n - 1) * s / math.sqrt(n)
+        assert row["ci_low"] == pytest.approx(center - half, rel=1e-6, abs=1e-9)
+        assert row["ci_high"] == pytest.approx(center + half, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("key", sorted(STUDIES), ids="-".join)
+def test_scipy_welch_against_the_old_test_on_a_stored_study(key):
+    records = STUDIES[key]
+    metric, _ = ab.default_metric(key[0])
+    values = ab.variant_values(records, metric)
+    baseline = next(r["config"]["variant"] for r in records if r["config"]["baseline"])
+    rows = {row["variant"]: row for row in ab.summarize(records, metric)}
+    compared = 0
+    for label, runs in values.items():
+        if label == baseline:
+            continue
+        new = ab.welch_test(values[baseline], runs)
+        t, df, old_p = old_welch(values[baseline], runs)
+        assert new["t"] == pytest.approx(t, rel=1e-9)
+        assert new["df"] == pytest.approx(df, rel=1e-9)
+        # scipy's t distribution at the old integer df gives the old p-value ...
+        assert 2 * stats.t.sf(abs(t), max(1, math.floor(df))) == pytest.approx(old_p, abs=1e-6)
+        # ... and at the exact (fractional) df a p-value no larger: flooring was conservative.
+        assert new["p_value"] <= old_p + 1e-12
+        # On the stored studies no verdict changes.
+        assert (new["p_value"] < 0.05) == (old_p < 0.05)
+        assert rows[label]["p_value"] == new["p_value"]
+        compared += 1
+    assert compared >= 1
+
+
+def test_holm_by_hand():
+    # Sorted: 0.01, 0.03, 0.04, 0.2 with m = 4: 4·0.01 = 0.04, 3·0.03 = 0.09, 2·0.04 = 0.08 ->
+    # 0.09 (step-down: never below the previous one), 1·0.2 = 0.2. Back in the input order:
+    assert ab.holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    # Capped at 1; NaN (a comparison not made) stays NaN and does not count: m = 2.
+    adjusted = ab.holm([0.6, math.nan, 0.7])
+    assert adjusted[0] == pytest.approx(1.0) and adjusted[2] == pytest.approx(1.0)
+    assert math.isnan(adjusted[1])
+    assert ab.holm([0.01, math.nan, 0.04])[::2] == pytest.approx([0.02, 0.04])
+    assert ab.holm([]) == []
+
+
+def test_holm_refuses_what_is_not_a_p_value():
+    with pytest.raises(ValueError, match=r"p-values must be in \[0, 1\] \(or NaN\), got 1.5"):
+        ab.holm([0.1, 1.5])
+
+
+def test_summary_adjusts_the_studys_comparisons_together_by_holm():
+    key = ("tinyshakespeare", "positional", "cpu")
+    records = STUDIES[key]
+    rows = ab.summarize(records, "valid_loss")
+    compared = [row for row in rows if "p_value" in row]
+    assert len(compared) == len(rows) - 1 >= 2  # every variant but the baseline
+    adjusted = ab.holm([row["p_value"] for row in compared])
+    assert [row["p_holm"] for row in compared] == adjusted
+    assert all(row["p_holm"] >= row["p_value"] for row in compared)
+    assert not any("p_holm" in row for row in rows if row["baseline"])
+
+
+def test_welch_without_spread_on_either_side():
+    assert ab.welch_test([1.0, 1.0], [2.0, 2.0])["p_value"] == 0.0
+    assert ab.welch_test([2.0, 2.0], [1.0, 1.0])["t"] == -math.inf
+    same = ab.welch_test([1.0, 1.0], [1.0, 1.0])
+    assert (same["t"], same["p_value"]) == (0.0, 1.0)
