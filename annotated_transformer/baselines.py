@@ -87,8 +87,6 @@ def _interpolated_loss(parts: tuple[Tensor, Tensor, Tensor], lam: float) -> floa
 def bigram_loss(train: Tensor, evaluate: Tensor, vocab_size: int, lam: float) -> float:
     """Mean NLL (nats) of ``evaluate[1:]`` given the previous token, under the interpolated bigram
     with weight ``lam`` on the bigram counts of ``train``."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam={lam} is not in [0, 1]")
     return _interpolated_loss(bigram_parts(train, evaluate, vocab_size), lam)
 
 

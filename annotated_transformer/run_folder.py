@@ -44,15 +44,17 @@ def record_launch(
     task: str,
     profile: str | None,
     settings: dict[str, dict[str, Any]],
+    command: str | None = None,
 ) -> Path:
-    """Append this launch to ``out/run.json``: the command line, the task, the profile, the
-    settings as given, and the code version and time it started with. A record made from a
-    resumed run can so name the code of its first part."""
+    """Append this launch to ``out/run.json``: the command line (``argv`` of the command line
+    tool, or ``command`` as given, e.g. a papermill call), the task, the profile, the settings as
+    given, and the code version and time it started with. A record made from a resumed run can
+    so name the code of its first part."""
     path = Path(out) / RUN_FILE
     launches = json.loads(path.read_text(encoding="utf-8"))["launches"] if path.is_file() else []
     launches.append(
         {
-            "command": "python -m annotated_transformer " + shlex.join(map(str, argv)),
+            "command": command or "python -m annotated_transformer " + shlex.join(map(str, argv)),
             "task": task,
             "profile": profile,
             "settings": settings,

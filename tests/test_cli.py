@@ -401,3 +401,15 @@ def test_a_translation_model_trains_translates_and_evaluates_on_multi30k(
     )
     metrics = json.loads(out)
     assert code == 0 and {"loss", "accuracy", "bleu", "chrf"} <= set(metrics)
+
+
+def test_each_launch_is_appended_and_a_chapter_names_its_own_command(tmp_path):
+    from annotated_transformer.run_folder import RUN_FILE, record_launch
+
+    record_launch(tmp_path, ["train", "--task", "copy"], "copy", None, {"train": {}})
+    papermill = "papermill chapters/08_training.ipynb -p profile cpu -p tasks copy"
+    record_launch(tmp_path, [], "copy", "cpu", {"train": {}}, command=papermill)
+    first, second = json.loads((tmp_path / RUN_FILE).read_text())["launches"]
+    assert first["command"] == "python -m annotated_transformer train --task copy"
+    assert second["command"] == papermill and second["profile"] == "cpu"
+    assert first["code"] == second["code"] and len(first["code"]["git_commit"]) == 40
