@@ -117,6 +117,23 @@ def test_loss_is_the_cross_entropy_against_the_reference_distribution(convention
     torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("convention", SMOOTHING_CONVENTIONS)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_loss_and_gradient_equal_the_dense_smoothed_targets(convention, smoothing):
+    """The loss never builds q ([..., V]); it equals the dense form of chapter 07, gradient too."""
+    logits, target = make_batch((3, 5), seed=7)
+    dense_logits = logits.clone().requires_grad_()
+    logits.requires_grad_()
+    loss = LabelSmoothingLoss(smoothing, PAD, "mean", convention)(logits, target)
+    q = smoothed_targets(target, VOCAB_SIZE, smoothing, convention, PAD, dtype=torch.float64)
+    per_position = -(q * F.log_softmax(dense_logits, -1)).sum(-1)  # [B, T]
+    expected = per_position.sum() / (target != PAD).sum()
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(logits.grad, dense_logits.grad, rtol=1e-12, atol=1e-12)
+
+
 def test_others_equals_torch_uniform_with_rescaled_smoothing():
     # eps / (V - 1) off the true class is torch's eps' / V with eps' = eps * V / (V - 1).
     logits, target = make_batch((20,), seed=5)
