@@ -69,7 +69,7 @@ BASE["multi30k"] = {
         "lr": 1e-3,
         "min_lr": 1e-5,
         "warmup": 400,
-        "max_steps": 6000,
+        "max_steps": 3300,
         "weight_decay": 0.01,
         "label_smoothing": 0.1,
         "precision": "bf16",

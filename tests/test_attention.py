@@ -13,7 +13,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import annotated_transformer as at
-from annotated_transformer.attention import KVCache, MultiHeadAttention, dot_product_attention
+from annotated_transformer.attention import (
+    CPU_MATH_MAX_KEYS,
+    KVCache,
+    MultiHeadAttention,
+    dot_product_attention,
+)
 from annotated_transformer.masking import (
     causal_mask,
     combine_masks,
@@ -381,6 +386,23 @@ def test_efficient_and_explicit_paths_agree(mask_kind, is_causal, bias_kind):
     torch.testing.assert_close(efficient, explicit, **TIGHT)
     with_weights, _ = mha(x, need_weights=True, **options)
     torch.testing.assert_close(with_weights, efficient, **TIGHT)
+
+
+@pytest.mark.parametrize("key_len", [6, CPU_MATH_MAX_KEYS, CPU_MATH_MAX_KEYS + 1])
+def test_cpu_kernel_choice_computes_the_same_attention_on_both_sides_of_the_cut(key_len):
+    """Short keys on a CPU take torch's math kernel, longer ones its fused kernel: on either side
+    the efficient path equals the explicit one, output and gradients."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(2, key_len, D_MODEL).requires_grad_()
+    tokens = torch.ones(2, key_len, dtype=torch.long)
+    tokens[1, -3:] = 0
+    mask = padding_mask(tokens, pad_id=0)
+    efficient, explicit = path_outputs(mha, x, mask=mask, is_causal=True)
+    torch.testing.assert_close(efficient, explicit, **TIGHT)
+    (gradient,) = torch.autograd.grad(efficient.sum(), x)
+    (expected,) = torch.autograd.grad(explicit.sum(), x)
+    torch.testing.assert_close(gradient, expected, **TIGHT)
 
 
 def test_efficient_and_explicit_paths_agree_for_cross_attention():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import annotated_transformer as at
+from annotated_transformer.evaluation import score_translations, translate
 from annotated_transformer.experiments import ResultsStore
 from annotated_transformer.pretrained import load_pretrained
 from annotated_transformer.tasks import build_task
@@ -43,6 +44,15 @@ def test_a_shipped_model_reproduces_its_stored_metric(directory):
     loss = at.evaluate(shipped.model, batches, task.info.pad_id)["loss"]
     assert loss == pytest.approx(check["loss"], rel=1e-4)
     # the fp16 weights cost at most a hundredth of a nat against the trained fp32 model
-    split = check["split"]
-    stored = record["metrics"][f"shipped_{split}_loss"]
-    assert abs(stored - record["metrics"][f"{split}_loss"]) < 0.01
+    split, metrics = check["split"], record["metrics"]
+    assert abs(metrics[f"shipped_{split}_loss"] - metrics[f"{split}_loss"]) < 0.01
+    if "bleu_beam" in check:  # a translation model: its beam translations of the first sentences
+        sentences = check["sentences"]
+        beam = translate(
+            shipped.model, task.splits[split], shipped.tokenizer, shipped.task,
+            beam_size=4, alpha=0.6, limit=sentences,
+        )  # fmt: skip
+        bleu = score_translations(beam, task.references[split][:sentences]).bleu
+        assert bleu == pytest.approx(check["bleu_beam"], abs=0.5)
+        # and on the whole split, fp16 weights cost at most half a BLEU point
+        assert abs(metrics[f"shipped_{split}_bleu_beam"] - metrics[f"{split}_bleu_beam"]) < 0.5
