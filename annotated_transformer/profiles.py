@@ -150,6 +150,40 @@ TRAINING["reference"] = {
             "eval_batches": None,
         },
     ),
+    # Multi30k: a pre-norm 4 + 4 layer encoder-decoder of width 256 (9.4M parameters, shared
+    # embeddings over a joint 8k BPE), rotary positions and GELU (probes: valid loss 3.75 after
+    # 250 updates against 4.19 with sinusoidal positions and ReLU); batches of 6000 padded
+    # positions, 3100 updates (about 36 epochs), dropout 0.2 on sublayer outputs and embeddings
+    # only, label smoothing 0.1; the whole test split decoded greedily and with beam search.
+    "multi30k": _size(
+        {"bpe_vocab_size": 8000, "max_tokens": 6000},
+        {
+            "d_model": 256,
+            "n_heads": 8,
+            "n_layers": 4,
+            "d_ff": 1024,
+            "dropout": 0.2,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
+            "norm_position": "pre",
+            "positional": "rope",
+            "activation": "gelu",
+        },
+        {
+            "lr": 1e-3,
+            "min_lr": 1e-5,
+            "warmup": 400,
+            "max_steps": 3100,
+            "weight_decay": 0.01,
+            "label_smoothing": 0.1,
+            "precision": "bf16",
+            "grad_clip": 1.0,
+            "log_every": 25,
+            "eval_every": 250,
+            "eval_batches": None,
+        },
+        {"test_sentences": None},  # the whole test split
+    ),
 }
 
 
