@@ -74,3 +74,12 @@ def test_exercise_solutions_fold_away_their_code_and_their_output():
             assert "hide-input" not in tags, f"{notebook.name}: a solution shows its output"
             solutions += "hide-cell" in tags
     assert solutions >= 40  # every chapter has exercises with solutions
+
+
+def test_one_python_version_is_named_everywhere():
+    """The README, the book's how-to page and the package metadata name the same minimum."""
+    required = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text())
+    assert required, "pyproject.toml names no requires-python"
+    for page in (ROOT / "README.md", ROOT / "book" / "how_to_use.md"):
+        named = set(re.findall(r"Python (3\.\d+) or newer", page.read_text(encoding="utf-8")))
+        assert named == {required[1]}, f"{page.name} names Python {named or 'nothing'}"
