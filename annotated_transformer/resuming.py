@@ -167,7 +167,10 @@ def resume_changes(
         if name.startswith("train.") and field in allowed:
             note = "allowed"
         elif name.startswith("train.") and field in CHANGEABLE_ON_RESUME:
-            note = f"may change: name {field!r} in allow_changes to apply it"
+            note = (
+                f"may change: pass --allow-change train.{field} on the command line, or "
+                f"allow_changes=['train.{field}'] in Python, to apply it"
+            )
         else:
             note = "may not change on resume"
         change = (

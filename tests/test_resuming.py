@@ -31,7 +31,7 @@ def test_a_changed_lr_is_refused_with_the_listing(saved):
         resumer(lr=1e-2).resume(saved)
     message = str(error.value)
     assert f"{saved} was saved by a run with other settings" in message
-    assert "train.lr: 0.003 -> 0.01 (may change: name 'lr' in allow_changes to apply it)" in message
+    assert "train.lr: 0.003 -> 0.01 (may change: pass --allow-change train.lr" in message
     assert error.value.differences == [("train.lr", 0.003, 0.01)]
 
 
