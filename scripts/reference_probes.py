@@ -153,7 +153,7 @@ PROBES["multi30k"] = {
 # Updates per probe: a few hundred where the early curve decides (the model's shape and positions);
 # more for the word-level corpora, whose question is regularisation: a million training words
 # are seen several times within the full run, and only a longer probe shows which dropout holds.
-PROBE_STEPS = {"tinyshakespeare": 250, "multi30k": 250, "ptb": 900}
+PROBE_STEPS = {"tinyshakespeare": 250, "multi30k": 250, "ptb": 600}
 
 
 def probe(task_name: str, name: str, overrides: dict) -> dict:
