@@ -53,6 +53,7 @@ from .evaluation import (
     translate,
 )
 from .fit import fit_task, run_configs
+from .pretrained import is_pretrained, load_pretrained
 from .profiles import profile_names
 from .run_folder import (
     checkpoint_megabytes,
@@ -197,7 +198,11 @@ def _non_negative_float(text: str) -> float:
 
 
 def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint written by train")
+    parser.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a checkpoint written by train, or a pretrained directory (models/multi30k)",
+    )
     parser.add_argument(
         "--max-new-tokens", type=_positive_int,
         help="at most this many new tokens (default: the decoding budget, see evaluation.py)",
@@ -300,7 +305,12 @@ def _train(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace, arch: tuple[str, ...], distributed: Any = None):
     """The checkpoint's model (of one of ``arch``), tokenizer and task info."""
     device = resolve_device(args.device, distributed)
-    model, state = load_model(args.checkpoint, device)
+    if is_pretrained(args.checkpoint):  # a shipped model: safetensors and JSON, no pickle
+        shipped = load_pretrained(args.checkpoint, device)
+        model = shipped.model
+        state = {"tokenizer": shipped.tokenizer.to_dict(), "task": shipped.task}
+    else:
+        model, state = load_model(args.checkpoint, device)
     if model.config.arch not in arch:
         raise ValueError(
             f"{args.checkpoint} holds a {model.config.arch} model; this command needs "

@@ -13,6 +13,7 @@ from annotated_transformer.checkpoint import load_checkpoint, load_model
 from annotated_transformer.config import TrainConfig, TransformerConfig
 from annotated_transformer.copy_task import copy_task_batches
 from annotated_transformer.decode import greedy_decode
+from annotated_transformer.pretrained import save_pretrained
 from annotated_transformer.settings import parse_value
 
 SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
@@ -185,6 +186,19 @@ def test_evaluate_reports_loss_perplexity_accuracy_and_bleu(copy_run, capsys):
     assert metrics["tokens"] == 2 * 64 * 10
     # progress bars (their counts may be redrawn too rarely to show the last one on a fast run)
     assert "loss on test" in err and "translate test" in err and "/2 [" in err
+
+
+def test_translate_and_evaluate_read_a_pretrained_directory(copy_run, capsys, tmp_path):
+    """A shipped model (safetensors + config.json, no pickle) is read where a checkpoint is."""
+    directory, _ = copy_run
+    model, state = load_model(directory / "best.pt")
+    shipped = save_pretrained(
+        tmp_path / "copy", model, state["tokenizer"], state["task"], dtype="float32"
+    )
+    code, out = run(capsys, "translate", shipped, "--text", "3141592653")
+    assert code == 0 and out.splitlines() == ["3 1 4 1 5 9 2 6 5 3"]
+    code, out = run(capsys, "evaluate", shipped, "--split", "test", "--max-batches", "1")
+    assert code == 0 and json.loads(out)["accuracy"] == 1.0
 
 
 def test_resuming_a_finished_run_trains_no_further(copy_run, capsys):
