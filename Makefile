@@ -17,8 +17,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[book,dev]"
-	# bertviz (chapter 10) without its declared transformers/boto3, which its views do not use
-	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt bertviz
+	$(BIN)/python -m pip check
 	touch $@
 
 install: $(VENV)/.installed
