@@ -43,7 +43,7 @@ pytest: install $(CHROMIUM)
 # metadata check, then scripts/check_dist.py (the package's modules, README, URLs, classifiers).
 dist: install
 	dist=$$(mktemp -d) && trap 'rm -rf "$$dist"' EXIT && \
-	$(BIN)/python -m build --outdir "$$dist" . && \
+	$(BIN)/python -m build --quiet --outdir "$$dist" . && \
 	$(BIN)/twine check --strict "$$dist"/* && \
 	$(BIN)/python scripts/check_dist.py "$$dist"
 
