@@ -1,7 +1,8 @@
 # Two entry points, both self-contained on a fresh machine (Python 3.11, no GPU, package registries):
 #   make book   - install, fetch the book's JavaScript from npm, execute every chapter, build _build/html
 #   make test   - install, ruff (lint + format check), build the book (every chapter executes),
-#                 then the test suite, including a headless-Chromium test of the built pages
+#                 then the test suite, including a headless-Chromium test of the built pages,
+#                 then `make dist` (the release's sdist and wheel, built and checked)
 PYTHON   ?= python3
 VENV     ?= .venv
 BIN       = $(VENV)/bin
@@ -9,7 +10,7 @@ CHROMIUM ?= /usr/bin/chromium
 # Tests, CI and notebook runs read data from the shared copy beside the checkout when it exists.
 export AT_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: install book test lint pytest clean
+.PHONY: install book test lint pytest dist clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +18,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[book,dev]"
-	# bertviz (chapter 10) without its declared transformers/boto3, which its views do not use
-	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt bertviz
+	$(BIN)/python -m pip check
 	touch $@
 
 install: $(VENV)/.installed
@@ -39,7 +39,15 @@ book: install
 pytest: install $(CHROMIUM)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
 
-test: lint book pytest
+# The sdist and wheel of an index release, built in a temporary folder and checked: twine's
+# metadata check, then scripts/check_dist.py (the package's modules, README, URLs, classifiers).
+dist: install
+	dist=$$(mktemp -d) && trap 'rm -rf "$$dist"' EXIT && \
+	$(BIN)/python -m build --quiet --outdir "$$dist" . && \
+	$(BIN)/twine check --strict "$$dist"/* && \
+	$(BIN)/python scripts/check_dist.py "$$dist"
+
+test: lint book pytest dist
 
 clean:
 	rm -rf _build $(VENV)

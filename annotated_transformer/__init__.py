@@ -21,6 +21,7 @@ Each module holds what one chapter teaches::
     task_options.py 08 Task, TaskInfo, TASKS, check_options: what a task is and accepts
     copy_task.py   08  copy_task, copy_batch: the synthetic task that proves the pipeline learns
     fit.py         08  fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
+    training_log.py 08 the history rows as TensorBoard curves (train --log tensorboard)
     evaluation.py  08  translate held-out splits (one budget), score_translations (BLEU/chrF)
     settings.py    08  section.key=value routing for --config/--set and papermill overrides
     profiles.py    08  run sizes (smoke / cpu / reference / gpu) per task, for chapters 08-10

@@ -7,6 +7,7 @@ Examples::
     python -m annotated_transformer train --help                 # every setting: type, default, choices
     python -m annotated_transformer train --task copy --set d_model=128 --set train.lr=1e-3 \\
         --config settings.yaml --out runs/copy
+    python -m annotated_transformer train --task copy --out runs/copy --log tensorboard
     python -m annotated_transformer train --task copy --out runs/copy --resume
     python -m annotated_transformer train --task copy --out runs/copy --resume \\
         --set train.max_steps=500 --allow-change train.max_steps
@@ -22,9 +23,10 @@ Settings come from, later ones winning: the dataclasses' defaults, the task's de
 ``train.KEY``, ``data.KEY``, or a bare KEY that one section has) and lists them for ``train
 --help``. Every setting is checked before anything trains. A run folder describes itself
 (:mod:`annotated_transformer.run_folder`: ``run.json``, ``config.json``); without ``--out`` it is
-``runs/<task>-<date>-<time>``. Long commands show a progress bar on stderr. An expected failure
-(a bad setting, a missing file, a diverged run, Ctrl-C) ends with one ``error:`` line and a
-non-zero exit, a traceback only for a bug.
+``runs/<task>-<date>-<time>``. ``--log tensorboard`` also writes the history's curves to
+``OUT/tensorboard/`` (:mod:`annotated_transformer.training_log`). Long commands show a progress
+bar on stderr. An expected failure (a bad setting, a missing file, a diverged run, Ctrl-C) ends
+with one ``error:`` line and a non-zero exit, a traceback only for a bug.
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ from .task_options import TASKS, TaskInfo, check_options, task_spec
 from .tasks import build_task, task_from_info
 from .train import TrainingDiverged, evaluate
 from .train_settings import resolve_settings, settings_help, train_fields
+from .training_log import LOG_CHOICES, MissingExtra, check_training_log
 
 # Failures a user can cause and fix: one message, no traceback. Anything else is a bug.
-EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked)
+EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked, MissingExtra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--allow-change", action="append", default=[], metavar="KEY",
         help="with --resume: a setting that may differ from the checkpoint's (repeatable)",
+    )  # fmt: skip
+    train.add_argument(
+        "--log", choices=LOG_CHOICES,
+        help="also write the training curves (loss, lr, tokens/s, evaluation) to OUT/tensorboard/ "
+        "(needs the [tensorboard] extra)",
     )  # fmt: skip
     train.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     train.set_defaults(handler=_train)
@@ -242,6 +250,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ValueError("under torchrun, name the run directory: --out DIR")
         args.out = default_out(task_spec(task_name).name)
     check_run_directory(args.out)  # a file, or a directory a live run holds: refused now
+    check_training_log(args.log, args.out or settings["train"].get("checkpoint_dir"))
     fixed: dict[str, Any] = {}
     if args.out is not None:
         fixed["checkpoint_dir"] = str(args.out)
@@ -278,7 +287,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         fit = fit_task(
             task, model_config, train_config,
-            resume=resume, allow_changes=allowed, distributed=distributed,
+            resume=resume, allow_changes=allowed, distributed=distributed, log=args.log,
         )  # fmt: skip
         trainer = fit.trainer
         if distributed.is_main and not args.quiet:

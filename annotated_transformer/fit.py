@@ -24,6 +24,7 @@ from .run_lock import check_run_directory
 from .task_options import Task
 from .train import TrainingDiverged, seed_everything
 from .trainer import Trainer
+from .training_log import check_training_log, open_training_log
 
 
 @dataclass
@@ -82,6 +83,7 @@ def fit_task(
     allow_changes: Iterable[str] = (),
     distributed: Any = None,
     raise_on_divergence: bool = True,
+    log: str | None = None,
 ) -> Fit:
     """Seed with ``train_config.seed``, build the model, train it on ``task``.
 
@@ -90,9 +92,12 @@ def fit_task(
     continue from; ``allow_changes``: settings (``"train.lr"``) that may differ from the
     checkpoint's. A run whose loss stops being finite raises
     :class:`~annotated_transformer.train.TrainingDiverged`, or with
-    ``raise_on_divergence=False`` returns with ``Fit.diverged`` set.
+    ``raise_on_divergence=False`` returns with ``Fit.diverged`` set. ``log="tensorboard"`` also
+    writes each history row to ``checkpoint_dir/tensorboard/``
+    (:mod:`annotated_transformer.training_log`).
     """
     check_run_directory(train_config.checkpoint_dir)  # a file, or a live run's: refused now
+    check_training_log(log, train_config.checkpoint_dir)
     seed_everything(train_config.seed)  # before the model: a seed gives the same weights
     model = build_model(model_config)
     trainer = Trainer(
@@ -108,12 +113,16 @@ def fit_task(
         trainer.resume(resume, allow_changes=tuple(allow_changes))
     resumed_elapsed = trainer.elapsed
     diverged = None
-    try:
-        trainer.fit()
-    except TrainingDiverged as error:
-        if raise_on_divergence:
-            raise
-        diverged = error
+    is_main = trainer.distributed.is_main
+    with open_training_log(log, train_config.checkpoint_dir, enabled=is_main) as write_row:
+        if write_row is not None:
+            trainer.add_callback("on_log", write_row)
+        try:
+            trainer.fit()
+        except TrainingDiverged as error:
+            if raise_on_divergence:
+                raise
+            diverged = error
     return Fit(
         trainer.model.eval(), trainer, trainer.history, trainer.device, diverged, resumed_elapsed
     )

@@ -3,6 +3,7 @@ import io
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,55 @@ def test_train_device_is_refused_unless_one_of_the_choices(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--task", "copy", "--device", "tpu"])
     assert "argument --device: invalid choice: 'tpu' (choose from" in capsys.readouterr().err
+
+
+def test_log_tensorboard_writes_the_history_as_scalar_curves(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    steps = ["--set", "max_steps=4", "--set", "log_every=1", "--set", "warmup=1"]
+    argv = ["train", "--task", "copy", *TINY_MODEL, *steps, "--set", "eval_every=2"]
+    assert main([*argv, "--out", str(out), "--log", "tensorboard", "--quiet"]) == 0
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    history = json.loads((out / "history.json").read_text())
+    columns = {
+        "train/loss": "train_loss",
+        "train/lr": "lr",
+        "train/tokens_per_second": "tokens_per_second",
+        "eval/loss": "eval_loss",
+        "eval/perplexity": "eval_perplexity",
+        "eval/accuracy": "eval_accuracy",
+    }
+    assert sorted(events.Tags()["scalars"]) == sorted(columns)
+    for tag, column in columns.items():  # every row of the history, as the history holds it
+        expected = [(row["step"], row[column]) for row in history if column in row]
+        written = [(event.step, event.value) for event in events.Scalars(tag)]
+        assert [step for step, _ in written] == [step for step, _ in expected], tag
+        assert [value for _, value in written] == pytest.approx(
+            [value for _, value in expected], rel=1e-6
+        ), tag
+    assert [event.step for event in events.Scalars("eval/loss")] == [2, 4]
+
+
+def test_log_is_refused_unless_one_of_the_choices(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--task", "copy", "--log", "wandb"])
+    assert exit_info.value.code == 2
+    assert "argument --log: invalid choice: 'wandb' (choose from" in capsys.readouterr().err
+
+
+def test_log_tensorboard_without_the_package_names_the_extra_before_training(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--task", "copy", "--out", str(tmp_path / "run"), "--log", "tensorboard"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--log tensorboard needs the tensorboard package" in err
+    assert "pip install 'annotated-transformer[tensorboard]'" in err
+    assert not (tmp_path / "run").exists()  # refused before any work
 
 
 def test_under_torchrun_a_run_needs_a_named_folder(capsys, monkeypatch):
