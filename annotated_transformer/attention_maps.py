@@ -1,8 +1,8 @@
 """Attention maps of a trained model: captured, stored as plain data, measured (chapter 10).
 
-A *map* is a JSON-safe dict that a training run stores beside its record
-(:meth:`annotated_transformer.experiments.ResultsStore.save_attention`), so that the book shows a
-trained model's attention without shipping its weights:
+A *map* is a JSON-safe dict, small enough for a book page or for a training run to store beside
+its record (:meth:`annotated_transformer.experiments.ResultsStore.save_attention`); chapter 10
+captures them live from the shipped models (``models/``):
 
 - encoder-decoder (:func:`capture_translation`)::
 

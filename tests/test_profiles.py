@@ -67,7 +67,7 @@ def test_every_stored_chapter_08_record_loads_and_is_found_by_the_chapters_looku
     for record in records:
         assert store.load(record["key"]) == record
         assert record["key"] == run_key(record["config"])
-        # chapter 08's stored_real_run and chapter 10's stored_run: find(task=<the typed name>)
+        # chapter 08's stored_real_run: find(task=<the typed name>)
         typed = "tinyshakespeare" if record["config"]["task"] == "shakespeare" else None
         found = store.find(task=typed or record["config"]["task"])
         assert record["key"] in [r["key"] for r in found]
