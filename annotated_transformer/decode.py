@@ -385,6 +385,7 @@ def exhaustive_best(
     start = _start(model, src, prompt, bos_id)
     if start.size(0) != 1:
         raise ValueError("exhaustive_best takes one input (batch size 1)")
+    was_training = model.training
     model.eval()
     best: tuple[float, list[int]] = (-math.inf, [])
     with torch.no_grad():
@@ -409,4 +410,5 @@ def exhaustive_best(
 
     with torch.no_grad():
         visit([], 0.0)
+    model.train(was_training)
     return torch.tensor(best[1]), best[0]

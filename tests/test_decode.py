@@ -168,6 +168,22 @@ def test_greedy_stops_when_every_sequence_ended():
     assert out.tolist() == [[3, 4, EOS], [5, 5, EOS]]
 
 
+@pytest.mark.parametrize("decoder", [greedy_decode, sample, beam_search, exhaustive_best])
+@pytest.mark.parametrize("training", [True, False])
+def test_every_decoder_runs_in_eval_mode_and_gives_back_the_mode_it_found(decoder, training):
+    model = sharp_model("decoder-only", 0).train(training)
+    modes = []
+    handle = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    arguments = {"prompt": torch.tensor([[3, 4]]), "max_new_tokens": 2, "eos_id": EOS}
+    if decoder is exhaustive_best:
+        decoder(model, VOCAB, **arguments)
+    else:
+        decoder(model, **arguments)
+    handle.remove()
+    assert modes and not any(modes)  # dropout off while decoding
+    assert model.training == training
+
+
 def test_filter_logits_matches_brute_force():
     torch.manual_seed(0)
     logits = torch.randn(4, 10)
