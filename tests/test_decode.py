@@ -56,13 +56,46 @@ def test_beam_search_finds_the_exhaustive_optimum(arch, seed):
     best, best_score = exhaustive_best(
         model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
     )
-    # A beam of (V-1)^(L-1) keeps every live prefix, so the search cannot miss the optimum.
+    # A beam of (V-1)^(L-1) + 1 never fills before the last step, so every candidate that ends is
+    # finished, and at the last step all candidates share one length and one penalty: the search
+    # cannot miss the optimum. With (V-1)^(L-1) exactly, the beam fills at step L-1 and an ending
+    # candidate ranked below every continuing prefix is never looked at (chapter 12, exercise 4).
     result = beam_search(
-        model, beam_size=(VOCAB - 1) ** 3, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
+        model,
+        beam_size=(VOCAB - 1) ** 3 + 1,
+        max_new_tokens=4,
+        eos_id=EOS,
+        alpha=0.6,
+        **inputs(arch),
     )
     begin = start_length(arch)
     assert result.tokens[0, begin : begin + best.numel()].tolist() == best.tolist()
     assert result.scores[0].item() == pytest.approx(best_score, abs=1e-5)
+
+
+def test_a_beam_one_slot_short_of_exhaustive_skips_an_ending_candidate_ranked_last():
+    """At step L-1 the (V-1)^(L-1) continuing prefixes fill a beam of that size, and the loop stops
+    before an ending candidate ranked below all of them, although it is the optimum; one slot more
+    reaches it. Here L = 2: the first token ends (p = 0.15) or not (p = 0.17 each), then every
+    continuation is uniform (p = 1/6), so no two-token sequence comes near the ending one."""
+    model = sharp_model("decoder-only", 0)
+    first = torch.full((VOCAB,), 0.17).index_fill(0, torch.tensor([EOS]), 0.15).log()
+
+    def hook(module, args, output):  # [B, T, V]: uncached, so position 0 is the prompt
+        logits = torch.zeros_like(output)
+        logits[:, 0] = first
+        return logits
+
+    handle = model.output_projection.register_forward_hook(hook)
+    arguments = {"prompt": torch.tensor([[3]]), "max_new_tokens": 2, "eos_id": EOS, "alpha": 0.6}
+    optimum, optimum_score = exhaustive_best(model, VOCAB, **arguments)
+    short = beam_search(model, beam_size=VOCAB - 1, use_cache=False, **arguments)
+    enough = beam_search(model, beam_size=VOCAB, use_cache=False, **arguments)
+    handle.remove()
+    assert optimum.tolist() == [EOS]
+    assert short.tokens.size(1) == 3 and short.scores.item() < optimum_score - 1
+    assert enough.tokens[0, 1:].tolist() == [EOS]
+    assert enough.scores.item() == pytest.approx(optimum_score, abs=1e-5)
 
 
 def test_narrow_beam_can_miss_the_optimum_but_never_beats_it():
