@@ -1,4 +1,4 @@
-"""Decoding: greedy, beam search and sampling, all on the key/value cache (chapter 08).
+"""Decoding: greedy, beam search and sampling, all on the key/value cache (chapter 12).
 
 One interface for both causal architectures:
 
