@@ -11,7 +11,7 @@ Each module holds what one chapter teaches::
     model.py       05  the three architectures, build_model, the parameter count
     optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
     losses.py      07  label smoothing as a KL divergence / cross-entropy
-    decode.py      08  greedy, beam search and sampling on the KV cache
+    decode.py      12  greedy, beam search and sampling on the KV cache (used from 08 on)
     data/          08  data files, tokenizers, corpora, token-budget batches
     metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
     train.py       08  the functions of training: seeding, one update, evaluation, divergence

@@ -1,4 +1,4 @@
-"""Decoding: greedy, beam search and sampling, all on the key/value cache (chapter 08).
+"""Decoding: greedy, beam search and sampling, all on the key/value cache (chapter 12).
 
 One interface for both causal architectures:
 
@@ -273,9 +273,10 @@ def beam_search(
 ) -> BeamResult:
     """Batched beam search with GNMT's length penalty.
 
-    Each input keeps ``beam_size`` live hypotheses. Every step extends each by every token, keeps
-    the ``2·beam_size`` best extensions, moves those that end in ``eos_id`` to the input's finished
-    list (scored ``log P / length_penalty``), and continues the best ``beam_size`` others. An input
+    Each input keeps ``beam_size`` live hypotheses. Every step extends each by every token and walks
+    the ``2·beam_size`` best extensions, best first: one that ends in ``eos_id`` goes to the input's
+    finished list (scored ``log P / length_penalty``), another continues, until ``beam_size``
+    continue; extensions ranked below those are dropped, ending ones included. An input
     is done when no live hypothesis can still beat its ``beam_size``-th finished one: a live score
     ``s < 0`` can at best reach ``s / length_penalty(max length)``, since log probabilities only
     fall. So the search returns the best hypothesis it can reach, with no early-stopping heuristic.
@@ -385,6 +386,7 @@ def exhaustive_best(
     start = _start(model, src, prompt, bos_id)
     if start.size(0) != 1:
         raise ValueError("exhaustive_best takes one input (batch size 1)")
+    was_training = model.training
     model.eval()
     best: tuple[float, list[int]] = (-math.inf, [])
     with torch.no_grad():
@@ -409,4 +411,5 @@ def exhaustive_best(
 
     with torch.no_grad():
         visit([], 0.0)
+    model.train(was_training)
     return torch.tensor(best[1]), best[0]

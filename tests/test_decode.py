@@ -56,13 +56,46 @@ def test_beam_search_finds_the_exhaustive_optimum(arch, seed):
     best, best_score = exhaustive_best(
         model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
     )
-    # A beam of (V-1)^(L-1) keeps every live prefix, so the search cannot miss the optimum.
+    # A beam of (V-1)^(L-1) + 1 never fills before the last step, so every candidate that ends is
+    # finished, and at the last step all candidates share one length and one penalty: the search
+    # cannot miss the optimum. With (V-1)^(L-1) exactly, the beam fills at step L-1 and an ending
+    # candidate ranked below every continuing prefix is never looked at (chapter 12, exercise 4).
     result = beam_search(
-        model, beam_size=(VOCAB - 1) ** 3, max_new_tokens=4, eos_id=EOS, alpha=0.6, **inputs(arch)
+        model,
+        beam_size=(VOCAB - 1) ** 3 + 1,
+        max_new_tokens=4,
+        eos_id=EOS,
+        alpha=0.6,
+        **inputs(arch),
     )
     begin = start_length(arch)
     assert result.tokens[0, begin : begin + best.numel()].tolist() == best.tolist()
     assert result.scores[0].item() == pytest.approx(best_score, abs=1e-5)
+
+
+def test_a_beam_one_slot_short_of_exhaustive_skips_an_ending_candidate_ranked_last():
+    """At step L-1 the (V-1)^(L-1) continuing prefixes fill a beam of that size, and the loop stops
+    before an ending candidate ranked below all of them, although it is the optimum; one slot more
+    reaches it. Here L = 2: the first token ends (p = 0.15) or not (p = 0.17 each), then every
+    continuation is uniform (p = 1/6), so no two-token sequence comes near the ending one."""
+    model = sharp_model("decoder-only", 0)
+    first = torch.full((VOCAB,), 0.17).index_fill(0, torch.tensor([EOS]), 0.15).log()
+
+    def hook(module, args, output):  # [B, T, V]: uncached, so position 0 is the prompt
+        logits = torch.zeros_like(output)
+        logits[:, 0] = first
+        return logits
+
+    handle = model.output_projection.register_forward_hook(hook)
+    arguments = {"prompt": torch.tensor([[3]]), "max_new_tokens": 2, "eos_id": EOS, "alpha": 0.6}
+    optimum, optimum_score = exhaustive_best(model, VOCAB, **arguments)
+    short = beam_search(model, beam_size=VOCAB - 1, use_cache=False, **arguments)
+    enough = beam_search(model, beam_size=VOCAB, use_cache=False, **arguments)
+    handle.remove()
+    assert optimum.tolist() == [EOS]
+    assert short.tokens.size(1) == 3 and short.scores.item() < optimum_score - 1
+    assert enough.tokens[0, 1:].tolist() == [EOS]
+    assert enough.scores.item() == pytest.approx(optimum_score, abs=1e-5)
 
 
 def test_narrow_beam_can_miss_the_optimum_but_never_beats_it():
@@ -166,6 +199,22 @@ def test_greedy_stops_when_every_sequence_ended():
     out = greedy_decode(model, prompt=torch.tensor([[3, 4], [5, 5]]), max_new_tokens=10, eos_id=EOS)
     handle.remove()
     assert out.tolist() == [[3, 4, EOS], [5, 5, EOS]]
+
+
+@pytest.mark.parametrize("decoder", [greedy_decode, sample, beam_search, exhaustive_best])
+@pytest.mark.parametrize("training", [True, False])
+def test_every_decoder_runs_in_eval_mode_and_gives_back_the_mode_it_found(decoder, training):
+    model = sharp_model("decoder-only", 0).train(training)
+    modes = []
+    handle = model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    arguments = {"prompt": torch.tensor([[3, 4]]), "max_new_tokens": 2, "eos_id": EOS}
+    if decoder is exhaustive_best:
+        decoder(model, VOCAB, **arguments)
+    else:
+        decoder(model, **arguments)
+    handle.remove()
+    assert modes and not any(modes)  # dropout off while decoding
+    assert model.training == training
 
 
 def test_filter_logits_matches_brute_force():
