@@ -11,6 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python scripts/book_assets.py fetch
+# Every chapter's figures are drawn at twice their size and shown at their size (IPython's
+# "retina" PNGs carry their display width), so they stay sharp on high-density screens and when
+# the column shrinks them. The kernels read this from an IPython profile of the build's own.
+IPYTHONDIR="$(mktemp -d)"
+export IPYTHONDIR
+trap 'rm -rf "$IPYTHONDIR"' EXIT
+mkdir -p "$IPYTHONDIR/profile_default"
+echo 'c.InlineBackend.figure_formats = {"retina"}' >"$IPYTHONDIR/profile_default/ipython_kernel_config.py"
 jupyter-book build . --all --warningiserror --nitpick --keep-going
 python scripts/book_assets.py localise _build/html
 echo "The book is in _build/html/ (open _build/html/index.html, or serve it:"

@@ -3,12 +3,17 @@
 (function () {
   "use strict";
 
-  // The manager's modules look for their icon fonts beside the address require.js gives them,
-  // which is relative to the page unless require.js is told where they live. A global `require`
-  // object defined before require.js loads is its configuration.
+  // The manager's modules (@jupyter-widgets/base, /controls, /html-manager, ...) look for their
+  // icon fonts in the folder of the address require.js gives each module, which is relative to
+  // the page unless require.js is told where they live: in the manager's dist/ folder, for every
+  // module (the longest matching prefix wins). A global `require` object defined before
+  // require.js loads is its configuration.
+  var dist = new URL("../_vendor/@jupyter-widgets/html-manager/dist", document.currentScript.src)
+    .href;
   window.require = {
     paths: {
-      "@jupyter-widgets": new URL("../_vendor/@jupyter-widgets", document.currentScript.src).href,
+      "@jupyter-widgets": dist,
+      "@jupyter-widgets/html-manager/dist": dist,
     },
   };
 
