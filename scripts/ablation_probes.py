@@ -1,0 +1,99 @@
+"""Probes that size chapter 09's studies: candidate run sizes of a study's baseline, each trained
+and measured exactly as a study run is (``ablation.train_run``: the same evaluation, BLEU and
+all), stored in ``results/ablation/probes/`` with provenance so the choice can be re-read.
+
+    python scripts/ablation_probes.py tinyshakespeare            # every candidate of the task
+    python scripts/ablation_probes.py multi30k NAME [NAME ...]    # the named candidates only
+    python scripts/ablation_probes.py multi30k NAME --seeds 0,1,2 # the seed-to-seed spread
+
+A candidate is the ``cpu`` ablation profile with overrides (``section.field``: value). The
+issue's bar for a study's baseline: Tiny Shakespeare validation loss <= 1.75, Multi30k test BLEU
+>= 20, in a few minutes of 2-core CPU per run (about 200 runs make the whole set of studies).
+A stored probe is not trained again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from annotated_transformer import ablation as ab
+from annotated_transformer.experiments import ResultsStore, run_or_load
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "ablation" / "probes"
+
+_BF16 = {"train.precision": "bf16"}
+CANDIDATES: dict[str, dict[str, dict]] = {
+    # 3 layers x 256 (the studies' base: 8 heads, pre-norm, sinusoidal), 128 characters x 32.
+    "tinyshakespeare": {
+        "d256-l3-600": {
+            **_BF16,
+            "data.context_length": 128,
+            "data.batch_size": 32,
+            "model.d_model": 256,
+            "model.d_ff": 1024,
+            "train.max_steps": 600,
+            "train.warmup": 60,
+            "train.lr": 2e-3,
+            "train.eval_every": 200,
+            "evaluation.eval_batches": None,
+        },
+    },
+    # 3 + 3 layers x 256 over a joint 8k BPE, the whole training set, batches of 4000 positions.
+    "multi30k": {
+        "d256-l3-500": {
+            **_BF16,
+            "data.bpe_vocab_size": 8000,
+            "data.max_train_pairs": None,
+            "data.max_tokens": 4000,
+            "model.d_model": 256,
+            "model.d_ff": 1024,
+            "train.max_steps": 500,
+            "train.warmup": 100,
+            "train.lr": 2e-3,
+            "train.eval_every": 250,
+        },
+    },
+}
+
+
+def probe(task: str, name: str, seeds: list[int]) -> list[dict]:
+    """Train candidate ``name`` of ``task`` (the baseline of the ``heads`` study) per seed."""
+    store = ResultsStore(OUT)
+    records = []
+    for config in ab.run_configs("heads", task, seeds, "cpu", CANDIDATES[task][name]):
+        if not config["baseline"]:
+            continue
+        config = {**config, "study": "probe", "variant": name, "profile": "probe"}
+        record = run_or_load(store, config, ab.train_run)
+        metrics, seconds = record["metrics"], record["provenance"]["wall_time_s"]
+        shown = {k: round(v, 4) for k, v in metrics.items() if k in ("valid_loss", "test_bleu")}
+        print(f"{task} {name} seed {config['seed']}: {shown} in {seconds:.0f} s", flush=True)
+        records.append(record)
+    return records
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=sorted(CANDIDATES))
+    parser.add_argument("names", nargs="*", help="candidates (default: all of the task)")
+    parser.add_argument("--seeds", default="0", help="seeds separated by commas (default: 0)")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in CANDIDATES[args.task]]
+    if unknown:
+        parser.error(
+            f"unknown candidates {unknown}; {args.task} has: {sorted(CANDIDATES[args.task])}"
+        )
+    seeds = ab.parse_seeds(args.seeds)
+    torch.set_num_threads(2)
+    for name in args.names or list(CANDIDATES[args.task]):
+        probe(args.task, name, seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
