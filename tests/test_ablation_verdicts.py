@@ -4,6 +4,7 @@ it, the factorial's winners, and the source reports' claims measured. The count 
 held against :func:`count_baselines` on the real corpus, and every stored study is read."""
 
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from annotated_transformer.data import load_language_model_corpus
 from annotated_transformer.experiments import ResultsStore
 
 STORED = Path(__file__).resolve().parent.parent / "results" / "ablation"
-DATA = Path(__import__("os").environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
+DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 
 
 def record(study, variant, seed, value, *, task="tinyshakespeare", profile="cpu", **config):
