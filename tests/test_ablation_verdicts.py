@@ -138,7 +138,9 @@ def test_sentences_say_when_the_baseline_sits_at_the_trivial_level():
     bleu = ab.TrivialBaseline("test_bleu", 0.5, "copied source", "made up")
     assert ab.at_trivial_level(1.4, bleu, True) and not ab.at_trivial_level(1.6, bleu, True)
     row = ab.overview([study], trivial_of=bigram(2.50))[0]
-    assert row["measures"].startswith("nothing") and row["beyond noise"] == 1
+    assert row["baseline vs trivial"] == "at it: measures nothing" and row["beyond noise"] == 1
+    assert ab.measures_nothing(study, bigram(2.50)) and not ab.measures_nothing(study, bigram(3.0))
+    assert ab.measures_nothing(study, lambda study: None) is None
     assert (row["variants"], row["seeds"], row["runs"]) == (2, 3, 6)
 
 

@@ -118,6 +118,7 @@ from .verdicts import (  # noqa: F401
     check_claims,
     difference_interval,
     factor_effects,
+    measures_nothing,
     overview,
     stored_studies,
     study_sentences,

@@ -292,6 +292,20 @@ def study_sentences(
     return lines
 
 
+def measures_nothing(
+    study: StoredStudy,
+    trivial_of: Callable[[StoredStudy], TrivialBaseline | None] = trivial_baseline,
+) -> bool | None:
+    """Whether the study's baseline variant sits at its trivial level (:func:`at_trivial_level`),
+    so that its verdicts say how fast a variant leaves that level, not which design is better;
+    ``None`` when there is no baseline or no trivial level to compare with."""
+    values = variant_values(study.records, study.metric).get(study.baseline or "", [])
+    trivial = trivial_of(study)
+    if not values or trivial is None:
+        return None
+    return at_trivial_level(mean(values), trivial, study.higher_is_better)
+
+
 def overview(
     studies: Sequence[StoredStudy],
     alpha: float = 0.05,
@@ -305,11 +319,7 @@ def overview(
         table = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
         base = next((row for row in table if row["verdict"] == "baseline"), None)
         trivial = trivial_of(study)
-        near = (
-            None
-            if base is None or trivial is None
-            else at_trivial_level(base["mean"], trivial, study.higher_is_better)
-        )
+        nothing = measures_nothing(study, trivial_of)
         rows.append(
             {
                 "task": study.task,
@@ -322,7 +332,11 @@ def overview(
                 "metric": study.metric,
                 "baseline": None if base is None else base["mean"],
                 "trivial": None if trivial is None else f"{trivial.name} {trivial.value:.3f}",
-                "measures": {None: "?", True: "nothing: at the trivial level", False: "yes"}[near],
+                "baseline vs trivial": {
+                    None: "cannot tell",
+                    True: "at it: measures nothing",
+                    False: "above it",
+                }[nothing],
                 "beyond noise": sum(row["verdict"] in ("better", "worse") for row in table),
             }
         )
@@ -425,19 +439,12 @@ def check_claims(
             if claim.variant and not (values.get(claim.variant) and values.get(claim.other)):
                 continue
             found = True
-            trivial = trivial_of(study)
-            base = values.get(study.baseline or "", [])
-            near = (
-                None
-                if trivial is None or not base
-                else at_trivial_level(mean(base), trivial, study.higher_is_better)
-            )
             row: dict[str, Any] = {
                 "claim": claim.says,
                 "task": study.task,
                 "profile": study.profile,
                 "runs": len(study.records),
-                "at_trivial_level": near,
+                "at_trivial_level": measures_nothing(study, trivial_of),
             }
             if not claim.variant:
                 effects = factor_effects(study.records, study.metric, study.higher_is_better)
