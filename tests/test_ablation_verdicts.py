@@ -61,6 +61,8 @@ def test_stored_studies_group_by_task_study_profile_newest_profile_first_and_dro
     runs += heads_study({"8": [1.5, 1.6], "2": [1.4, 1.45]}, profile="reference")
     runs += heads_study({"8": [3.0, 3.1]}, profile="smoke")
     runs += [record("residual", "with", 0, 2.0, baseline=True)]
+    runs += [record("residual", "with", 1, 2.1, baseline=True)]
+    runs[-1]["config"]["task"] = "shakespeare"  # the name of an old record
     # An older record of the same (variant, seed) is replaced by the newest.
     runs += [record("heads", "1", 0, 9.9, profile="cpu", date="2025-01-01T00:00:00")]
     studies = ab.stored_studies(runs)
@@ -69,6 +71,7 @@ def test_stored_studies_group_by_task_study_profile_newest_profile_first_and_dro
         ("cpu", "tinyshakespeare", "heads"),
         ("cpu", "tinyshakespeare", "residual"),
     ]
+    assert len(studies[2].records) == 2  # both names of Tiny Shakespeare in one study
     cpu = studies[1]
     # The study's order of variants (1 before 8), seeds in order, the newest record kept.
     assert [(r["config"]["variant"], r["config"]["seed"]) for r in cpu.records] == [

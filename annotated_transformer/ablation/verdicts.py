@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 from typing import Any
 
+from ..task_options import canonical_task
 from .statistics import default_metric, holm, judge, rank, summarize, variant_values
 from .studies import STUDIES, TASKS, task_kind
 
@@ -54,15 +55,16 @@ class StoredStudy:
 
 
 def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
-    """``records`` (a results store's) grouped by task, study and profile, smoke runs left out;
-    the newest record of each (variant, seed) kept. Ordered by :data:`PROFILE_ORDER` (other
+    """``records`` (a results store's) grouped by task (the name users type, an old record's
+    ``shakespeare`` included), study and profile, smoke runs left out; the newest record of each
+    (variant, seed) kept. Ordered by :data:`PROFILE_ORDER` (other
     profiles after it, by name), then by task, then in the order of :data:`STUDIES`."""
     groups: dict[tuple[str, str, str], dict[tuple[str, int], dict[str, Any]]] = {}
     for record in sorted(records, key=lambda r: r["provenance"]["date"], reverse=True):
         config = record["config"]
         if config["profile"] == "smoke":
             continue
-        key = (config["task"], config["study"], config["profile"])
+        key = (canonical_task(config["task"]), config["study"], config["profile"])
         groups.setdefault(key, {}).setdefault((config["variant"], config["seed"]), record)
 
     def variant_order(task: str, study: str) -> list[str]:
