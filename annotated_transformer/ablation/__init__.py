@@ -22,7 +22,11 @@ The pieces:
   :func:`rank`, :func:`welch_test` and :func:`judge` (is a difference beyond seed noise?),
   :func:`holm` (the p-values of a study's several comparisons adjusted together),
   :func:`main_effects`, :func:`interaction`, :func:`curves`, and :func:`vaswani_comparison`, which
-  states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree.
+  states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree;
+- the stored studies as the chapter leads with them: :func:`stored_studies` (grouped by task,
+  study and profile), :func:`verdict_table` (Holm-corrected verdicts, effects with 95%
+  intervals), :func:`trivial_baseline` (the bigram, or the copied source) and
+  :func:`check_claims` (the source reports' claims, measured).
 
 One file per step, each importable on its own::
 
@@ -33,6 +37,7 @@ One file per step, each importable on its own::
     statistics.py  summaries, t intervals, Welch's test, Holm, main effects, interactions, curves
     vaswani.py     Table 3 of the paper and the computed comparison with our trends
     report.py      the provenance line of every table, and the tables written as files
+    verdicts.py    the stored studies: verdicts, trivial baselines, the source reports' claims
 """
 
 from __future__ import annotations
@@ -101,4 +106,22 @@ from .vaswani import (  # noqa: F401
     Trend,
     paper_direction,
     vaswani_comparison,
+)
+from .verdicts import (  # noqa: F401
+    CLAIMS,
+    PROFILE_ORDER,
+    TRIVIAL_MARGIN,
+    Claim,
+    StoredStudy,
+    TrivialBaseline,
+    at_trivial_level,
+    check_claims,
+    difference_interval,
+    factor_effects,
+    measures_nothing,
+    overview,
+    stored_studies,
+    study_sentences,
+    trivial_baseline,
+    verdict_table,
 )

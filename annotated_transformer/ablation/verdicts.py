@@ -1,0 +1,498 @@
+"""The stored studies as chapter 09 leads with them: grouped by task, study and profile; each
+with its verdict table (Holm-corrected, with the effect's 95% interval) and its trivial baseline
+(the bigram of a language model, the copied source of a translation); the factorial's winning
+levels; and the claims of the source reports, measured.
+
+Part of :mod:`annotated_transformer.ablation` (chapter 09).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from statistics import mean, stdev
+from typing import Any
+
+from ..task_options import canonical_task
+from .statistics import default_metric, holm, judge, rank, summarize, variant_values
+from .studies import STUDIES, TASKS, task_kind
+
+# The newest and largest profiles first: a study stored at several sizes is read at its largest.
+PROFILE_ORDER = ("reference", "gpu", "cpu")
+# How close to its trivial baseline a study's baseline may sit and still be said to measure
+# nothing: nats per token for a loss, BLEU points for BLEU.
+TRIVIAL_MARGIN = {"loss": 0.05, "bleu": 1.0}
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """The real (not smoke) records of one study on one task at one profile: the newest record
+    of each (variant, seed), in the study's order of variants."""
+
+    task: str
+    study: str
+    profile: str
+    records: tuple[dict[str, Any], ...]
+
+    @property
+    def metric(self) -> str:
+        return default_metric(self.task)[0]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return default_metric(self.task)[1]
+
+    @property
+    def title(self) -> str:
+        return f"{self.task}, {self.study} study, {self.profile} profile"
+
+    @property
+    def baseline(self) -> str | None:
+        found = [r["config"]["variant"] for r in self.records if r["config"].get("baseline")]
+        return found[0] if found else None
+
+
+def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
+    """``records`` (a results store's) grouped by task (the name users type, an old record's
+    ``shakespeare`` included), study and profile, smoke runs left out; the newest record of each
+    (variant, seed) kept. Ordered by :data:`PROFILE_ORDER` (other
+    profiles after it, by name), then by task, then in the order of :data:`STUDIES`."""
+    groups: dict[tuple[str, str, str], dict[tuple[str, int], dict[str, Any]]] = {}
+    for record in sorted(records, key=lambda r: r["provenance"]["date"], reverse=True):
+        config = record["config"]
+        if config["profile"] == "smoke":
+            continue
+        key = (canonical_task(config["task"]), config["study"], config["profile"])
+        groups.setdefault(key, {}).setdefault((config["variant"], config["seed"]), record)
+
+    def variant_order(task: str, study: str) -> list[str]:
+        if study not in STUDIES or task not in TASKS:
+            return []
+        return [variant.label for variant in STUDIES[study].variants(task_kind(task))]
+
+    studies = []
+    for (task, study, profile), runs in groups.items():
+        order = variant_order(task, study)
+        place = {label: index for index, label in enumerate(order)}
+        ordered = sorted(
+            runs.values(),
+            key=lambda r: (place.get(r["config"]["variant"], len(order)), r["config"]["seed"]),
+        )
+        studies.append(StoredStudy(task, study, profile, tuple(ordered)))
+    names = list(STUDIES)
+
+    def position(study: StoredStudy) -> tuple:
+        rank_of_profile = (
+            PROFILE_ORDER.index(study.profile)
+            if study.profile in PROFILE_ORDER
+            else len(PROFILE_ORDER)
+        )
+        known = names.index(study.study) if study.study in names else len(names)
+        return (rank_of_profile, study.profile, study.task, known, study.study)
+
+    return sorted(studies, key=position)
+
+
+def difference_interval(
+    baseline: Sequence[float], variant: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float]:
+    """Welch's ``confidence`` interval of ``mean(variant) - mean(baseline)`` (the effect size in
+    the metric's units), from ``scipy.stats.ttest_ind(...).confidence_interval``; NaN with fewer
+    than 2 runs on a side, the difference itself when neither side has any spread."""
+    from scipy import stats
+
+    if len(baseline) < 2 or len(variant) < 2:
+        return math.nan, math.nan
+    if stdev(baseline) == 0 and stdev(variant) == 0:
+        difference = mean(variant) - mean(baseline)
+        return difference, difference
+    interval = stats.ttest_ind(variant, baseline, equal_var=False).confidence_interval(confidence)
+    return float(interval.low), float(interval.high)
+
+
+def _direction(difference: float, higher_is_better: bool) -> str:
+    return "better" if (difference > 0) == higher_is_better else "worse"
+
+
+def verdict_table(
+    records: Sequence[dict[str, Any]], metric: str, higher_is_better: bool, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """One row per variant, in the study's order: its rank, n, mean and 95% t interval; against
+    the baseline variant the difference with Welch's 95% interval, the p-value, the p-value
+    adjusted by Holm over the study's comparisons, and the verdict of the adjusted value:
+    ``better`` or ``worse`` (beyond seed noise), ``within noise``, ``cannot judge`` (fewer than
+    2 runs on a side) or ``baseline``."""
+    summary = summarize(records, metric)
+    places = {row["variant"]: row["rank"] for row in rank(summary, higher_is_better)}
+    values = variant_values(records, metric)
+    base = next((row["variant"] for row in summary if row["baseline"]), None)
+    rows = []
+    for row in summary:
+        out = {
+            "variant": row["variant"],
+            "rank": places.get(row["variant"]),
+            **{key: row.get(key, math.nan) for key in ("n", "mean", "ci_low", "ci_high")},
+            "difference": row.get("vs_baseline", math.nan),
+        }
+        low, high = (
+            difference_interval(values[base], values[row["variant"]])
+            if base is not None and row["variant"] != base and values[row["variant"]]
+            else (math.nan, math.nan)
+        )
+        out.update(
+            {
+                "diff_low": low,
+                "diff_high": high,
+                "p_value": row.get("p_value", math.nan),
+                "p_holm": row.get("p_holm", math.nan),
+            }
+        )
+        if row["baseline"]:
+            out["verdict"] = "baseline"
+        elif math.isnan(out["p_holm"]):
+            out["verdict"] = "cannot judge"
+        elif out["p_holm"] < alpha:
+            out["verdict"] = _direction(out["difference"], higher_is_better)
+        else:
+            out["verdict"] = "within noise"
+        rows.append(out)
+    return rows
+
+
+@dataclass(frozen=True)
+class TrivialBaseline:
+    """What a model that has learnt nothing of the design reaches on a study's metric."""
+
+    metric: str
+    value: float
+    name: str  # "bigram", "copied source": read as "the {name} level"
+    detail: str  # how it was computed, one line
+
+
+@functools.lru_cache(maxsize=16)
+def _language_model_bigram(task: str, tokens: int | None) -> tuple[float, float, float]:
+    from ..baselines import count_baselines
+    from ..data import load_language_model_corpus
+
+    corpus = load_language_model_corpus(task)
+    splits, vocab = corpus.splits, corpus.tokenizer.vocab_size
+    evaluated = splits["valid"] if tokens is None else splits["valid"][: tokens + 1]
+    result = count_baselines(splits["train"], splits["valid"], evaluated, vocab)
+    return result.bigram_loss, result.unigram_loss, result.lam
+
+
+@functools.lru_cache(maxsize=16)
+def _source_copied_bleu(task: str, sentences: int | None) -> tuple[float, str, str, int]:
+    from ..data import load_translation_corpus
+    from ..metrics import corpus_bleu
+
+    corpus = load_translation_corpus(task)
+    pairs = corpus.splits["test"][:sentences]
+    score = corpus_bleu([source for source, _ in pairs], [target for _, target in pairs])
+    return score.score, corpus.source, corpus.target, len(pairs)
+
+
+def trivial_baseline(study: StoredStudy) -> TrivialBaseline | None:
+    """The study's trivial level on its metric: for a language model the interpolated bigram of
+    the training split (:func:`~annotated_transformer.baselines.count_baselines`, on the
+    validation tokens the runs were scored on, its weight chosen on the validation split), for
+    translation the BLEU of copying each test source sentence as its translation. Reads the data
+    (once per process); ``None`` for another metric."""
+    first = study.records[0]
+    if study.metric == "valid_loss":
+        tokens = first["metrics"].get("valid_tokens")
+        bigram, unigram, lam = _language_model_bigram(study.task, tokens)
+        return TrivialBaseline(
+            study.metric,
+            bigram,
+            "bigram",
+            f"the interpolated bigram of the training split (weight {lam:.2f}, chosen on the "
+            f"validation split); the unigram reaches {unigram:.3f}",
+        )
+    if study.metric == "test_bleu":
+        limit = first["config"].get("evaluation", {}).get("test_sentences")
+        bleu, source, target, sentences = _source_copied_bleu(study.task, limit)
+        return TrivialBaseline(
+            study.metric,
+            bleu,
+            "copied source",
+            f"each of the {sentences} test sentences left in {source} as its {target} "
+            f"translation, sacreBLEU as the runs",
+        )
+    return None
+
+
+def _margin(metric: str) -> tuple[float, str]:
+    return (
+        (TRIVIAL_MARGIN["bleu"], "BLEU") if "bleu" in metric else (TRIVIAL_MARGIN["loss"], "nats")
+    )
+
+
+def at_trivial_level(level: float, trivial: TrivialBaseline, higher_is_better: bool) -> bool:
+    """Whether ``level`` is no more than :data:`TRIVIAL_MARGIN` better than ``trivial``."""
+    margin, _ = _margin(trivial.metric)
+    gain = level - trivial.value if higher_is_better else trivial.value - level
+    return gain <= margin
+
+
+def _count(comparisons: int) -> str:
+    return f"{comparisons} comparison{'s' if comparisons != 1 else ''}"
+
+
+def _named(study: StoredStudy, variant: str) -> str:
+    """``heads=2`` for a one-factor study's variant ``2``; a factorial's cell as it is."""
+    factors = study.records[0]["config"]["factors"]
+    return f"{next(iter(factors))}={variant}" if len(factors) == 1 else variant
+
+
+def study_sentences(
+    study: StoredStudy, trivial: TrivialBaseline | None, alpha: float = 0.05
+) -> list[str]:
+    """What the study's numbers say, written from them: the baseline against the trivial level,
+    and which variants differ from the baseline after Holm's correction."""
+    rows = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
+    base = next((row for row in rows if row["verdict"] == "baseline"), None)
+    _, unit = _margin(study.metric)
+    lines = []
+    if base is not None and trivial is not None:
+        margin, _ = _margin(study.metric)
+        line = (
+            f"The baseline ({_named(study, base['variant'])}) reaches {base['mean']:.3f} {unit} over "
+            f"{base['n']} runs; the {trivial.name} level is {trivial.value:.3f} {unit}: "
+        )
+        if at_trivial_level(base["mean"], trivial, study.higher_is_better):
+            line += (
+                f"within {margin:g} {unit} of it. At this size the study measures how fast a "
+                f"variant leaves the {trivial.name} level, not the design."
+            )
+        else:
+            gap = abs(base["mean"] - trivial.value)
+            line += f"the baseline is {gap:.3f} {unit} better."
+        lines.append(line)
+    compared = [row for row in rows if row["verdict"] not in ("baseline", "cannot judge")]
+    beyond = [row for row in compared if row["verdict"] in ("better", "worse")]
+    if not compared:
+        lines.append("No variant can be judged: a comparison needs at least 2 runs on each side.")
+    elif beyond:
+        lines.append(
+            f"Beyond seed noise after Holm's correction over {_count(len(compared))}: "
+            + "; ".join(
+                f"{_named(study, row['variant'])} {row['verdict']} ({row['difference']:+.3f} {unit}, 95% "
+                f"interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f}, "
+                f"p_holm = {row['p_holm']:.3g})"
+                for row in beyond
+            )
+            + "."
+        )
+    else:
+        lines.append(
+            f"No variant differs from the baseline beyond seed noise after Holm's correction "
+            f"over {_count(len(compared))}."
+        )
+    return lines
+
+
+def measures_nothing(
+    study: StoredStudy,
+    trivial_of: Callable[[StoredStudy], TrivialBaseline | None] = trivial_baseline,
+) -> bool | None:
+    """Whether the study's baseline variant sits at its trivial level (:func:`at_trivial_level`),
+    so that its verdicts say how fast a variant leaves that level, not which design is better;
+    ``None`` when there is no baseline or no trivial level to compare with."""
+    values = variant_values(study.records, study.metric).get(study.baseline or "", [])
+    trivial = trivial_of(study)
+    if not values or trivial is None:
+        return None
+    return at_trivial_level(mean(values), trivial, study.higher_is_better)
+
+
+def overview(
+    studies: Sequence[StoredStudy],
+    alpha: float = 0.05,
+    trivial_of: Callable[[StoredStudy], TrivialBaseline | None] = trivial_baseline,
+) -> list[dict[str, Any]]:
+    """One row per stored study: its size, where it ran, the baseline against the trivial level
+    (``trivial_of``: :func:`trivial_baseline`, which reads the data), and how many variants
+    differ from the baseline after Holm's correction."""
+    rows = []
+    for study in studies:
+        table = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
+        base = next((row for row in table if row["verdict"] == "baseline"), None)
+        trivial = trivial_of(study)
+        nothing = measures_nothing(study, trivial_of)
+        rows.append(
+            {
+                "task": study.task,
+                "study": study.study,
+                "profile": study.profile,
+                "variants": len(table),
+                "seeds": len({r["config"]["seed"] for r in study.records}),
+                "runs": len(study.records),
+                "device": "; ".join(sorted({r["provenance"]["device"] for r in study.records})),
+                "metric": study.metric,
+                "baseline": None if base is None else base["mean"],
+                "trivial": None if trivial is None else f"{trivial.name} {trivial.value:.3f}",
+                "baseline vs trivial": {
+                    None: "cannot tell",
+                    True: "at it: measures nothing",
+                    False: "above it",
+                }[nothing],
+                "beyond noise": sum(row["verdict"] in ("better", "worse") for row in table),
+            }
+        )
+    return rows
+
+
+def factor_effects(
+    records: Sequence[dict[str, Any]], metric: str, higher_is_better: bool, alpha: float = 0.05
+) -> list[dict[str, Any]]:
+    """For each two-level factor of a factorial: the main effect (second level's mean minus the
+    first's, over every run at each level, as :func:`main_effects`), Welch's 95% interval and
+    p-value of the runs at one level against the other, Holm over the factors, and the
+    ``winner``: the better level when the adjusted p is below ``alpha``, else ``None``. The runs
+    at a level mix the cells of the other factors, which widens the interval: a factor called
+    a winner here has won across them."""
+    usable = [
+        r
+        for r in records
+        if isinstance(r["metrics"].get(metric), (int, float)) and not r["metrics"].get("diverged")
+    ]
+    rows = []
+    for factor in usable[0]["config"]["factors"] if usable else []:
+        levels: dict[str, list[float]] = {}
+        for record in usable:
+            level = record["config"]["factors"][factor]
+            levels.setdefault(level, []).append(float(record["metrics"][metric]))
+        if len(levels) != 2:
+            continue
+        (first, low_runs), (second, high_runs) = levels.items()
+        row: dict[str, Any] = {
+            "factor": factor,
+            "levels": f"{first} -> {second}",
+            "effect": mean(high_runs) - mean(low_runs),
+            "effect_low": math.nan,
+            "effect_high": math.nan,
+            "p_value": math.nan,
+        }
+        if len(low_runs) > 1 and len(high_runs) > 1:
+            row["effect_low"], row["effect_high"] = difference_interval(low_runs, high_runs)
+            row["p_value"] = judge(low_runs, high_runs, alpha)["p_value"]
+        better = second if _direction(row["effect"], higher_is_better) == "better" else first
+        row["better_level"] = better
+        rows.append(row)
+    for row, adjusted in zip(rows, holm([row["p_value"] for row in rows]), strict=True):
+        row["p_holm"] = adjusted
+        row["winner"] = row["better_level"] if adjusted < alpha else None
+    return rows
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a source report about a study: ``variant`` against ``other``, which it says is
+    ``"better"`` or ``"the same"``. A claim without variants (``variant=""``) is about the
+    winning levels of a factorial: ``winners``, ``(factor, level)`` pairs, when the report's
+    levels are known."""
+
+    study: str
+    says: str
+    variant: str = ""
+    other: str = ""
+    expects: str = "better"
+    winners: tuple[tuple[str, str], ...] = ()
+
+
+CLAIMS = (
+    Claim("heads", "2 heads beat 4", "2", "4", "better"),
+    Claim("positional", "no positional encoding barely matters", "none", "sinusoidal", "the same"),
+    Claim(
+        "architecture",
+        "decoder-only beats encoder-decoder",
+        "decoder-only",
+        "encoder-decoder",
+        "better",
+    ),
+    Claim("factorial", "the factorial's winning levels"),
+)
+
+
+def check_claims(
+    studies: Sequence[StoredStudy],
+    claims: Sequence[Claim] = CLAIMS,
+    alpha: float = 0.05,
+    trivial_of: Callable[[StoredStudy], TrivialBaseline | None] = trivial_baseline,
+) -> list[dict[str, Any]]:
+    """Each claim against every stored study it is about: our difference (``variant`` minus
+    ``other``) with Welch's 95% interval and p-value (one planned comparison, unadjusted), what
+    we measured and the verdict: ``agrees``, ``disagrees``, ``within noise`` (the claim saw a
+    difference, ours is not beyond seed noise), ``cannot judge``, or ``not stored``.
+    ``at_trivial_level`` says whether that study's baseline sits at its trivial level
+    (``trivial_of``, :func:`trivial_baseline` by default): then it measures nothing. A factorial
+    claim lists the winners of :func:`factor_effects` and, where the claim names the report's,
+    on how many factors they agree."""
+    rows = []
+    for claim in claims:
+        found = False
+        for study in studies:
+            if study.study != claim.study:
+                continue
+            values = variant_values(study.records, study.metric)
+            if claim.variant and not (values.get(claim.variant) and values.get(claim.other)):
+                continue
+            found = True
+            row: dict[str, Any] = {
+                "claim": claim.says,
+                "task": study.task,
+                "profile": study.profile,
+                "runs": len(study.records),
+                "at_trivial_level": measures_nothing(study, trivial_of),
+            }
+            if not claim.variant:
+                effects = factor_effects(study.records, study.metric, study.higher_is_better)
+                winners = [f"{e['factor']}: {e['winner']}" for e in effects if e["winner"]]
+                row["measured"] = "; ".join(winners) or "no factor beyond seed noise"
+                expected = dict(claim.winners)
+                judged = [e for e in effects if e["factor"] in expected]
+                if judged:
+                    agree = sum(e["winner"] == expected[e["factor"]] for e in judged)
+                    noise = sum(e["winner"] is None for e in judged)
+                    row["verdict"] = f"agrees on {agree} of {len(judged)} factors" + (
+                        f" ({noise} within noise)" if noise else ""
+                    )
+                else:
+                    row["verdict"] = "ours only: the report's levels are not recorded here"
+                rows.append(row)
+                continue
+            first, second = values[claim.other], values[claim.variant]
+            difference = mean(second) - mean(first)
+            low, high = difference_interval(first, second)
+            test = judge(first, second, alpha)
+            direction = _direction(difference, study.higher_is_better)
+            row.update(
+                {
+                    "difference": difference,
+                    "diff_low": low,
+                    "diff_high": high,
+                    "p_value": test["p_value"],
+                }
+            )
+            if test["verdict"] == "cannot judge":
+                row["measured"], row["verdict"] = "fewer than 2 runs on a side", "cannot judge"
+            elif test["verdict"] == "within noise":
+                row["measured"] = f"{claim.variant} and {claim.other} within seed noise"
+                row["verdict"] = "agrees" if claim.expects == "the same" else "within noise"
+            else:
+                row["measured"] = f"{claim.variant} {direction} than {claim.other}"
+                agree = claim.expects == direction
+                row["verdict"] = "agrees" if agree else "disagrees"
+            rows.append(row)
+        if not found:
+            rows.append(
+                {
+                    "claim": claim.says,
+                    "measured": f"no stored study: run -p study {claim.study}",
+                    "verdict": "not stored",
+                }
+            )
+    return rows

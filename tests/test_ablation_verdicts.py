@@ -1,0 +1,252 @@
+"""ablation/verdicts.py: the stored studies grouped as chapter 09 shows them, verdict tables with
+Holm's correction and Welch intervals checked by hand, the trivial level and what is said about
+it, the factorial's winners, and the source reports' claims measured. The count baselines are
+held against :func:`count_baselines` on the real corpus, and every stored study is read."""
+
+import math
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from annotated_transformer import ablation as ab
+from annotated_transformer.baselines import count_baselines
+from annotated_transformer.data import load_language_model_corpus
+from annotated_transformer.experiments import ResultsStore
+
+STORED = Path(__file__).resolve().parent.parent / "results" / "ablation"
+DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
+
+
+def record(study, variant, seed, value, *, task="tinyshakespeare", profile="cpu", **config):
+    metric = ab.default_metric(task)[0]
+    return {
+        "config": {
+            "study": study,
+            "task": task,
+            "profile": profile,
+            "variant": variant,
+            "seed": seed,
+            "factors": config.pop("factors", {study: variant}),
+            "baseline": config.pop("baseline", False),
+            "evaluation": {},
+        },
+        "metrics": {metric: value},
+        "history": [],
+        "provenance": {
+            "device": "CPU",
+            "git_commit": "0" * 40,
+            "date": config.pop("date", "2026-01-01T00:00:00"),
+        },
+    }
+
+
+def heads_study(values, task="tinyshakespeare", profile="cpu"):
+    """A heads study whose variant -> runs are ``values``; 8 heads is the baseline."""
+    return [
+        record("heads", label, seed, value, task=task, profile=profile, baseline=label == "8")
+        for label, runs in values.items()
+        for seed, value in enumerate(runs)
+    ]
+
+
+def bigram(value):
+    return lambda study: ab.TrivialBaseline("valid_loss", value, "bigram", "made up")
+
+
+def test_stored_studies_group_by_task_study_profile_newest_profile_first_and_drop_smoke():
+    runs = heads_study({"8": [2.0, 2.1], "1": [1.9, 1.8]}, profile="cpu")
+    runs += heads_study({"8": [1.5, 1.6], "2": [1.4, 1.45]}, profile="reference")
+    runs += heads_study({"8": [3.0, 3.1]}, profile="smoke")
+    runs += [record("residual", "with", 0, 2.0, baseline=True)]
+    runs += [record("residual", "with", 1, 2.1, baseline=True)]
+    runs[-1]["config"]["task"] = "shakespeare"  # the name of an old record
+    # An older record of the same (variant, seed) is replaced by the newest.
+    runs += [record("heads", "1", 0, 9.9, profile="cpu", date="2025-01-01T00:00:00")]
+    studies = ab.stored_studies(runs)
+    assert [(s.profile, s.task, s.study) for s in studies] == [
+        ("reference", "tinyshakespeare", "heads"),
+        ("cpu", "tinyshakespeare", "heads"),
+        ("cpu", "tinyshakespeare", "residual"),
+    ]
+    assert len(studies[2].records) == 2  # both names of Tiny Shakespeare in one study
+    cpu = studies[1]
+    # The study's order of variants (1 before 8), seeds in order, the newest record kept.
+    assert [(r["config"]["variant"], r["config"]["seed"]) for r in cpu.records] == [
+        ("1", 0),
+        ("1", 1),
+        ("8", 0),
+        ("8", 1),
+    ]
+    assert cpu.records[0]["metrics"]["valid_loss"] == 1.9
+    assert cpu.baseline == "8" and cpu.metric == "valid_loss" and not cpu.higher_is_better
+    assert cpu.title == "tinyshakespeare, heads study, cpu profile"
+
+
+def test_difference_interval_is_welchs_by_hand():
+    baseline, variant = [20.0, 21.0, 23.0], [18.0, 18.5, 19.5]
+    v1, v2 = statistics.variance(baseline) / 3, statistics.variance(variant) / 3
+    df = (v1 + v2) ** 2 / (v1**2 / 2 + v2**2 / 2)
+    half = stats.t.ppf(0.975, df) * math.sqrt(v1 + v2)
+    difference = statistics.mean(variant) - statistics.mean(baseline)
+    low, high = ab.difference_interval(baseline, variant)
+    assert low == pytest.approx(difference - half) and high == pytest.approx(difference + half)
+    assert ab.difference_interval([1.0, 1.0], [2.0, 2.0]) == (1.0, 1.0)  # no spread at all
+    assert all(math.isnan(x) for x in ab.difference_interval([1.0], [2.0, 3.0]))
+
+
+def test_verdict_table_reads_holm_in_the_direction_of_quality():
+    values = {
+        "1": [1.0, 1.01, 0.99],  # far lower loss than 8: better
+        "2": [2.0, 2.3, 1.8],  # noisy: within noise
+        "8": [2.0, 2.01, 1.99],
+        "16": [3.0],  # one run: cannot judge
+    }
+    rows = {
+        row["variant"]: row for row in ab.verdict_table(heads_study(values), "valid_loss", False)
+    }
+    assert rows["8"]["verdict"] == "baseline" and math.isnan(rows["8"]["difference"])
+    assert rows["1"]["verdict"] == "better" and rows["1"]["rank"] == 1
+    assert rows["2"]["verdict"] == "within noise"
+    assert rows["16"]["verdict"] == "cannot judge"
+    # Holm over the two comparisons that could be made: the smaller p doubled.
+    p1, p2 = rows["1"]["p_value"], rows["2"]["p_value"]
+    assert rows["1"]["p_holm"] == pytest.approx(min(1.0, 2 * p1))
+    assert rows["2"]["p_holm"] == pytest.approx(max(min(1.0, 2 * p1), p2))
+    low, high = ab.difference_interval(values["8"], values["1"])
+    assert (rows["1"]["diff_low"], rows["1"]["diff_high"]) == (low, high)
+    # The same numbers as BLEU (higher is better): lower now reads worse.
+    bleu = {
+        row["variant"]: row for row in ab.verdict_table(heads_study(values), "valid_loss", True)
+    }
+    assert bleu["1"]["verdict"] == "worse"
+
+
+def test_sentences_say_when_the_baseline_sits_at_the_trivial_level():
+    values = {"1": [2.40, 2.41, 2.39], "8": [2.47, 2.46, 2.48]}
+    (study,) = ab.stored_studies(heads_study(values))
+    near = ab.study_sentences(study, bigram(value=2.50)(study))
+    assert "within 0.05 nats of it" in near[0] and "not the design" in near[0]
+    assert "heads=8" in near[0]
+    assert near[1].startswith("Beyond seed noise after Holm's correction over 1 comparison:")
+    assert "heads=1 better (-0.070 nats" in near[1]
+    far = ab.study_sentences(study, bigram(value=3.0)(study))
+    assert "the baseline is 0.530 nats better" in far[0]
+    trivial = bigram(value=2.50)(study)
+    assert ab.at_trivial_level(2.46, trivial, False) and not ab.at_trivial_level(
+        2.44, trivial, False
+    )
+    bleu = ab.TrivialBaseline("test_bleu", 0.5, "copied source", "made up")
+    assert ab.at_trivial_level(1.4, bleu, True) and not ab.at_trivial_level(1.6, bleu, True)
+    row = ab.overview([study], trivial_of=bigram(2.50))[0]
+    assert row["baseline vs trivial"] == "at it: measures nothing" and row["beyond noise"] == 1
+    assert ab.measures_nothing(study, bigram(2.50)) and not ab.measures_nothing(study, bigram(3.0))
+    assert ab.measures_nothing(study, lambda study: None) is None
+    assert (row["variants"], row["seeds"], row["runs"]) == (2, 3, 6)
+
+
+def test_factor_effects_find_the_winners_of_a_synthetic_factorial():
+    # y = 10 + 2a + 0.01c (a BLEU-like score, higher is better), seed noise ±0.2 that cancels.
+    records = []
+    for cell in range(8):
+        a, b, c = (cell >> 2) & 1, (cell >> 1) & 1, cell & 1
+        factors = {"A": f"a{a}", "B": f"b{b}", "C": f"c{c}"}
+        for seed, noise in enumerate((-0.2, 0.2, 0.0)):
+            value = 10 + 2 * a + 0.01 * c + noise
+            records.append(
+                record(
+                    "factorial",
+                    ", ".join(factors.values()),
+                    seed,
+                    value,
+                    task="multi30k",
+                    factors=factors,
+                )
+            )
+    effects = {row["factor"]: row for row in ab.factor_effects(records, "test_bleu", True)}
+    assert list(effects) == ["A", "B", "C"]
+    differences = {
+        row["factor"]: row["difference"]
+        for row in ab.main_effects(records, "test_bleu")
+        if row["level"].endswith("1")
+    }
+    for factor, row in effects.items():
+        assert row["effect"] == pytest.approx(differences[factor])
+        assert row["effect_low"] < row["effect"] < row["effect_high"]
+    assert effects["A"]["winner"] == "a1" and effects["A"]["better_level"] == "a1"
+    assert effects["B"]["winner"] is None and effects["C"]["winner"] is None
+    # Holm over the three factors.
+    adjusted = ab.holm([effects[f]["p_value"] for f in "ABC"])
+    assert [effects[f]["p_holm"] for f in "ABC"] == pytest.approx(adjusted)
+
+
+def test_claims_are_measured_where_stored_and_say_so_where_not():
+    values = {"2": [2.40, 2.41, 2.39], "4": [2.47, 2.46, 2.48], "8": [2.5, 2.51, 2.49]}
+    studies = ab.stored_studies(heads_study(values))
+    claims = [
+        ab.Claim("heads", "2 heads beat 4", "2", "4", "better"),
+        ab.Claim("heads", "4 heads beat 2", "4", "2", "better"),
+        ab.Claim("heads", "8 and 4 are the same", "8", "4", "the same"),
+        ab.Claim("positional", "no positions barely matter", "none", "sinusoidal", "the same"),
+    ]
+    rows = ab.check_claims(studies, claims, trivial_of=bigram(2.50))
+    assert [row["verdict"] for row in rows] == ["agrees", "disagrees", "disagrees", "not stored"]
+    assert rows[0]["measured"] == "2 better than 4" and rows[0]["at_trivial_level"] is True
+    assert rows[0]["difference"] == pytest.approx(-0.07)
+    assert rows[0]["diff_low"] < rows[0]["difference"] < rows[0]["diff_high"]
+    assert "run -p study positional" in rows[3]["measured"]
+    noisy = ab.stored_studies(heads_study({"2": [2.0, 2.5, 1.5], "4": [2.1, 1.6, 2.6], "8": [2.0]}))
+    rows = ab.check_claims(noisy, claims[:3], trivial_of=lambda study: None)
+    assert [row["verdict"] for row in rows] == ["within noise", "within noise", "cannot judge"]
+    assert rows[0]["at_trivial_level"] is None
+
+
+def test_a_factorial_claim_counts_the_factors_it_agrees_on():
+    records = [
+        record(
+            "factorial",
+            f"a{a}, b{b}",
+            seed,
+            10 + a + noise,
+            task="multi30k",
+            factors={"A": f"a{a}", "B": f"b{b}"},
+        )
+        for a in (0, 1)
+        for b in (0, 1)
+        for seed, noise in enumerate((-0.01, 0.01, 0.0))
+    ]
+    studies = ab.stored_studies(records)
+    claim = ab.Claim("factorial", "a1 and b1 win", winners=(("A", "a1"), ("B", "b1")))
+    (row,) = ab.check_claims(studies, [claim], trivial_of=lambda study: None)
+    assert (
+        row["measured"] == "A: a1" and row["verdict"] == "agrees on 1 of 2 factors (1 within noise)"
+    )
+    (row,) = ab.check_claims(studies, [ab.Claim("factorial", "?")], trivial_of=lambda s: None)
+    assert row["verdict"].startswith("ours only")
+
+
+@pytest.mark.skipif(
+    not (DATA / "tinyshakespeare" / "input.txt").exists(), reason="no Tiny Shakespeare"
+)
+def test_the_language_model_trivial_level_is_count_baselines_on_the_scored_tokens():
+    corpus = load_language_model_corpus("tinyshakespeare")
+    splits, vocab = corpus.splits, corpus.tokenizer.vocab_size
+    runs = heads_study({"8": [2.0, 2.1]})
+    for run in runs:
+        run["metrics"]["valid_tokens"] = 5000
+    (study,) = ab.stored_studies(runs)
+    trivial = ab.trivial_baseline(study)
+    expected = count_baselines(splits["train"], splits["valid"], splits["valid"][:5001], vocab)
+    assert trivial.name == "bigram" and trivial.value == pytest.approx(expected.bigram_loss)
+    assert f"{expected.unigram_loss:.3f}" in trivial.detail
+
+
+def test_every_stored_study_gets_a_verdict_table_and_sentences():
+    studies = ab.stored_studies(ResultsStore(STORED).records())
+    assert studies, "results/ablation holds no real study"
+    for study in studies:
+        rows = ab.verdict_table(study.records, study.metric, study.higher_is_better)
+        assert sum(row["verdict"] == "baseline" for row in rows) == 1, study.title
+        assert ab.study_sentences(study, None)
