@@ -80,5 +80,7 @@ def test_bad_directories_get_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not valid JSON"):
         load_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="dtype='int8' is not one of"):
-        save_pretrained(tmp_path, model_of("decoder-only"), DigitTokenizer(), dtype="int8")
+    with pytest.raises(
+        ValueError, match="dtype='int4' is not one of: float32, float16, bfloat16, int8"
+    ):
+        save_pretrained(tmp_path, model_of("decoder-only"), DigitTokenizer(), dtype="int4")
