@@ -5,7 +5,7 @@ The course ships the reference models it trained (``models/<task>/``) in this fo
 
 - ``model.safetensors``: the weights, stored as ``float16`` by default (half the size; the course
   measures the metric of the stored weights, not of the fp32 ones), or as weight-only ``int8``
-  (a quarter of fp32, for a model whose fp16 file is over the shipping budget); loaded back as
+  (about a quarter of fp32, for a model whose fp16 file is over the shipping budget); loaded as
   ``float32`` either way;
 - ``config.json``: ``{"format", "version", "dtype", "model_config", "tokenizer", "task",
   "metadata"}`` — the storage dtype, the :class:`~annotated_transformer.config.TransformerConfig`
@@ -45,7 +45,7 @@ VERSION = 1
 WEIGHTS, DESCRIPTION = "model.safetensors", "config.json"
 FLOAT_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DTYPES = (*FLOAT_DTYPES, "int8")  # the storage dtypes save_pretrained accepts
-INT8_MIN_ELEMENTS = 1024  # smaller matrices stay float16: their per-row scales would cost more
+INT8_MIN_ELEMENTS = 1024  # smaller matrices stay float16: a negligible share of the bytes
 SCALE = ".scale"  # int8 storage: the name of a weight's per-row scales is <weight name>.scale
 # One shipped model's file: the "at most ~20 MB each", with the margin that Tiny
 # Shakespeare's fp16 file (shipped first) takes. A model whose fp16 file is larger ships as int8.
