@@ -238,12 +238,14 @@ def test_evaluate_reports_loss_perplexity_accuracy_and_bleu(copy_run, capsys):
     assert "loss on test" in err and "translate test" in err and "/2 [" in err
 
 
-def test_translate_and_evaluate_read_a_pretrained_directory(copy_run, capsys, tmp_path):
-    """A shipped model (safetensors + config.json, no pickle) is read where a checkpoint is."""
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_translate_and_evaluate_read_a_pretrained_directory(copy_run, capsys, tmp_path, dtype):
+    """A shipped model (safetensors + config.json, no pickle) is read where a checkpoint is,
+    whatever its storage dtype."""
     directory, _ = copy_run
     model, state = load_model(directory / "best.pt")
     shipped = save_pretrained(
-        tmp_path / "copy", model, state["tokenizer"], state["task"], dtype="float32"
+        tmp_path / "copy", model, state["tokenizer"], state["task"], dtype=dtype
     )
     code, out = run(capsys, "translate", shipped, "--text", "3141592653")
     assert code == 0 and out.splitlines() == ["3 1 4 1 5 9 2 6 5 3"]
