@@ -426,8 +426,15 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    if args.beam > 1 and args.no_bleu:
+        raise ValueError(f"--beam {args.beam} with --no-bleu: nothing is decoded; drop one")
     distributed = init_distributed(args.device)
     model, tokenizer, info = _load(args, ARCH_CHOICES, distributed)
+    if args.beam > 1 and model.config.arch != "encoder-decoder":
+        raise ValueError(
+            f"--beam {args.beam}: a {model.config.arch} model is evaluated by its loss only, "
+            f"nothing is decoded; drop --beam"
+        )
     task = task_from_info(info, tokenizer)
     if args.split not in task.splits:
         raise ValueError(f"--split {args.split!r} is not one of: {', '.join(task.splits)}")

@@ -21,6 +21,7 @@ training length, or learned ones past ``max_len``) otherwise turn a long sample 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -242,12 +243,38 @@ def sample(
     return _generate(model, choose, src, prompt, max_new_tokens, bos_id, eos_id, use_cache, window)
 
 
+def check_length_penalty(alpha: float) -> None:
+    """Refuse a length-penalty exponent ``alpha`` that beam search cannot use.
+
+    A negative ``alpha`` makes the penalty shrink with length, so it favours short outputs even
+    more than ``alpha = 0`` does, and it breaks beam search's stopping rule, which assumes a
+    longer hypothesis is never divided by less (see :func:`beam_search`).
+    """
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, numbers.Real)
+        or not math.isfinite(alpha)
+        or alpha < 0
+    ):
+        raise ValueError(
+            f"alpha={alpha!r} is not accepted: the length penalty's exponent is a finite number "
+            f">= 0 (0: the plain log probability; Vaswani et al. used 0.6)"
+        )
+
+
+def _check_count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}={value!r} is not accepted: use an integer >= 1")
+
+
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     """GNMT's length penalty ``((5 + length) / 6) ** alpha`` (Wu et al. 2016, eq. 14).
 
     A hypothesis scores ``log P(y) / length_penalty(|y|)``; ``alpha = 0`` is the plain log
-    probability (which favours short outputs), Vaswani et al. used ``alpha = 0.6``.
+    probability (which favours short outputs), Vaswani et al. used ``alpha = 0.6``. A negative
+    ``alpha`` is refused (:func:`check_length_penalty`).
     """
+    check_length_penalty(alpha)
     return ((5 + length) / 6) ** alpha
 
 
@@ -279,15 +306,15 @@ def beam_search(
     continue; extensions ranked below those are dropped, ending ones included. An input
     is done when no live hypothesis can still beat its ``beam_size``-th finished one: a live score
     ``s < 0`` can at best reach ``s / length_penalty(max length)``, since log probabilities only
-    fall. So the search returns the best hypothesis it can reach, with no early-stopping heuristic.
+    fall and the penalty only grows with length (``alpha >= 0``, checked first). So the search
+    returns the best hypothesis it can reach, with no early-stopping heuristic.
 
     The length counts generated tokens, ``eos_id`` included. Hypotheses that reach
     ``max_new_tokens`` without ``eos_id`` are scored as they stand.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    _check_count("beam_size", beam_size)
+    _check_count("max_new_tokens", max_new_tokens)
+    check_length_penalty(alpha)
     was_training = model.training
     model.eval()
     start = _start(model, src, prompt, bos_id)  # [B, T_0]
@@ -383,6 +410,8 @@ def exhaustive_best(
     Scores exactly as :func:`beam_search`: sequences end at ``eos_id`` or at ``max_new_tokens``.
     Costs ``vocab_size ** max_new_tokens`` forward passes of the prefix tree: tiny models only.
     """
+    _check_count("max_new_tokens", max_new_tokens)
+    check_length_penalty(alpha)
     start = _start(model, src, prompt, bos_id)
     if start.size(0) != 1:
         raise ValueError("exhaustive_best takes one input (batch size 1)")

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from .data.batch import Batch
-from .decode import beam_search, greedy_decode
+from .decode import beam_search, check_length_penalty, greedy_decode
 from .metrics import SACREBLEU_SEED, bleu_interval, corpus_bleu, corpus_chrf
 from .task_options import TaskInfo
 
@@ -88,9 +88,12 @@ def translate(
     ``eos`` (the task has one) or when a source was longer than the budget (it has none).
     """
     info = TaskInfo.from_dict(info)
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size} is not accepted: use a positive integer")
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size={beam_size!r} is not accepted: use a positive integer")
+    check_length_penalty(alpha)  # even when greedy: a bad value is a mistake worth naming
     device, arch, max_len = _device(model), model.config.arch, model.config.max_len
+    if arch != "encoder-decoder" and beam_size > 1:
+        raise ValueError(f"beam_size={beam_size}: a one-stack model is decoded greedily only")
     cut = 0  # outputs that hit the budget
 
     def decode_rows(tokens: Tensor, start: int, budget: int, lengths: list[int]) -> list[str]:
@@ -124,8 +127,6 @@ def translate(
         else:
             tokens = greedy_decode(model, eos_id=info.eos_id, **arguments)  # [B, 1 + n]
         outputs += decode_rows(tokens, 1, budget, (src != info.pad_id).sum(1).tolist())
-    if sources and beam_size > 1:
-        raise ValueError(f"beam_size={beam_size}: a one-stack model is decoded greedily only")
     sources = sources[:limit] if limit is not None else sources
     texts: list[str] = [""] * len(sources)
     lengths = [len(source) for source in sources]

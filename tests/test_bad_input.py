@@ -16,11 +16,12 @@ from pathlib import PurePosixPath
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from annotated_transformer import ablation as ab
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoint import first_non_finite, load_checkpoint, save_checkpoint
-from annotated_transformer.evaluation import check_sampling
+from annotated_transformer.evaluation import check_sampling, translate
 from annotated_transformer.profiles import TRAINING, check_evaluation, parse_task_list, run_size
 from annotated_transformer.run_lock import LOCK_NAME
 from annotated_transformer.settings import parse_json_object, route
@@ -237,11 +238,57 @@ def test_a_checkpoint_of_the_wrong_architecture(
         (["--split", "nope"], "--split 'nope' is not one of"),
         (["--max-batches", "0"], "0 is not accepted"),
         (["--beam", "0"], "0 is not accepted"),
+        (["--beam", "2.5"], "'2.5' is not accepted: use a positive integer"),
+        (["--alpha", "-0.6"], "argument --alpha: -0.6 is not accepted: use a finite number >= 0"),
+        (["--alpha", "nan"], "nan is not accepted"),
+        (["--alpha=-inf"], "-inf is not accepted"),  # "--alpha -inf" reads as an option
+        (["--alpha", "long"], "'long' is not accepted: use a number"),
+        (["--beam", "4", "--no-bleu"], "--beam 4 with --no-bleu: nothing is decoded"),
     ],
 )
 def test_evaluate_refuses_bad_settings(extra, message, checkpoints, capsys, monkeypatch):
     argv = ["evaluate", checkpoints / "encoder-decoder" / "last.pt", *extra]
     expect_cli_error(argv, message, capsys, monkeypatch)
+
+
+def test_evaluate_refuses_a_beam_for_a_model_it_does_not_decode(checkpoints, capsys, monkeypatch):
+    argv = ["evaluate", checkpoints / "decoder-only" / "last.pt", "--beam", "4"]
+    expect_cli_error(
+        argv, "a decoder-only model is evaluated by its loss only", capsys, monkeypatch
+    )
+
+
+INFO = {"name": "copy", "pad_id": 0, "bos_id": 1, "eos_id": 2}
+
+
+class Untouchable:
+    """Batches that fail if anything reads them: the check must come first."""
+
+    def __iter__(self):
+        raise AssertionError("the batches were read before the settings were checked")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"alpha": -0.6}, "alpha=-0.6 is not accepted: the length penalty's exponent is a finite"),
+        ({"alpha": math.nan}, "alpha=nan is not accepted"),
+        ({"alpha": -1, "beam_size": 1}, "alpha=-1 is not accepted"),  # refused even when greedy
+        ({"beam_size": 0}, "beam_size=0 is not accepted: use a positive integer"),
+        ({"beam_size": 2.0}, "beam_size=2.0 is not accepted"),
+    ],
+)
+def test_translate_refuses_bad_decoding_settings_before_reading_a_batch(settings, message):
+    model = tiny_model("encoder-decoder", vocab_size=8)
+    with pytest.raises(ValueError) as error:
+        translate(model, Untouchable(), tokenizer=None, info=INFO, **settings)
+    assert message in str(error.value)
+
+
+def test_translate_refuses_a_beam_for_a_one_stack_model_before_reading_a_batch():
+    model = tiny_model("decoder-only", vocab_size=8)
+    with pytest.raises(ValueError, match="a one-stack model is decoded greedily only"):
+        translate(model, Untouchable(), tokenizer=None, info=INFO, beam_size=4)
 
 
 @pytest.mark.parametrize("command", ["evaluate", "translate", "generate"])

@@ -2,7 +2,10 @@
 
 For every page in _toc.yml this checks what a reader would otherwise find out the hard way: that
 nothing is fetched from another host (the book works offline), that the math is typeset, that
-every image and every ipywidgets view is drawn, and that no script fails.
+every image and every ipywidgets view is drawn, that no script fails, and that the page fits a
+desktop window and a phone screen (nothing widens the page; what is wider than the text column
+scrolls inside its own box). Every page is screenshotted at both widths, into the folder that
+AT_BOOK_SCREENSHOTS names or a new temporary one; the run prints where.
 
 Needs the book built at _build/html (`make book`) and Debian's Chromium (`apt-get install -y
 chromium`; another binary can be named with AT_CHROMIUM). Playwright drives that binary; it never
@@ -15,7 +18,6 @@ import functools
 import http.server
 import importlib.util
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -43,9 +45,10 @@ CHROMIUM_FLAGS = [
 ]
 HOST = "127.0.0.1"
 LOCAL_SCHEMES = {"data", "blob", "about"}
-# Jupyter Book 1.0.4 declares `const THEBE_JS_URL` twice on every page; harmless, and not ours.
-KNOWN_ERRORS = (re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),)
 TIMEOUT_MS = 30_000
+DESKTOP, PHONE = 1400, 420  # window widths in CSS pixels
+WIDTHS = (DESKTOP, PHONE)
+WINDOW_HEIGHT = 900
 
 
 def toc_files(entries: list[dict]) -> Iterator[str]:
@@ -134,7 +137,12 @@ IMAGES = """async () => {
     images.forEach(image => { image.loading = 'eager'; });
     await Promise.all(images.map(image => image.complete ? null :
         new Promise(done => { image.onload = image.onerror = done; })));
-    return images.map(image => ({src: image.currentSrc || image.src, width: image.naturalWidth}));
+    return images.map(image => ({
+        src: image.currentSrc || image.src,
+        width: image.naturalWidth,
+        height: image.naturalHeight,
+        shown: [image.getBoundingClientRect().width, image.getBoundingClientRect().height],
+    }));
 }"""
 
 MATH = """() => {
@@ -151,9 +159,44 @@ MATH = """() => {
 }"""
 
 
+OVERFLOW = """() => {
+    const found = [];
+    const width = window.innerWidth;
+    const page = document.documentElement.scrollWidth;
+    if (page > width + 1) found.push(`the page is ${page} px wide in a ${width} px window`);
+    const article = document.querySelector('article');
+    if (!article) return found;
+    const box = article.getBoundingClientRect();
+    if (box.right > width + 1) found.push(`the article ends ${Math.round(box.right)} px from the left`);
+    const scrolls = node => ['auto', 'scroll'].includes(getComputedStyle(node).overflowX);
+    const unseen = node => getComputedStyle(node).clip !== 'auto';  // MathJax's copy for screen readers
+    const excused = node => {
+        if (unseen(node)) return true;
+        for (let up = node.parentElement; up && up !== article; up = up.parentElement)
+            if (scrolls(up) || unseen(up)) return true;
+        return false;
+    };
+    const reported = [];
+    for (const node of article.querySelectorAll('*')) {
+        const rect = node.getBoundingClientRect();
+        if (rect.width === 0 || rect.height === 0) continue;
+        if (rect.left >= box.left - 1 && rect.right <= box.right + 1) continue;
+        if (reported.some(outer => outer.contains(node)) || excused(node)) continue;
+        reported.push(node);
+        const name = node.tagName.toLowerCase() + [...node.classList].map(c => '.' + c).join('');
+        const where = node.closest('section[id]')?.id ?? '';
+        found.push(`${name} in section #${where} spans ${Math.round(rect.left)}..` +
+            `${Math.round(rect.right)} px, the article ${Math.round(box.left)}..` +
+            `${Math.round(box.right)} px`);
+    }
+    return found;
+}"""
+
+
 @dataclass
 class PageReport:
-    """What one page did in the browser, gathered once and checked by several tests."""
+    """What one page did in the browser at one window width, gathered once and checked by
+    several tests."""
 
     requests: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -161,13 +204,12 @@ class PageReport:
     images: list[dict] = field(default_factory=list)
     widget_views: int = 0
     widgets_drawn: bool = True
-
-    def unexpected_errors(self) -> list[str]:
-        return [e for e in self.errors if not any(known.search(e) for known in KNOWN_ERRORS)]
+    overflow: list[str] = field(default_factory=list)
 
 
-def visit(browser, url: str) -> PageReport:
-    """Open a page, wait until its scripts have settled, and record what it did."""
+def visit(browser, url: str, width: int, screenshot: Path) -> PageReport:
+    """Open a page in a window `width` CSS pixels wide, wait until its scripts have settled,
+    record what it did, and save a screenshot of the whole page."""
     report = PageReport()
 
     def on_console(message) -> None:
@@ -175,6 +217,7 @@ def visit(browser, url: str) -> PageReport:
             report.errors.append(f"console: {message.text} ({message.location.get('url')})")
 
     page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": WINDOW_HEIGHT})
     page.on("request", lambda request: report.requests.append(request.url))
     page.on("pageerror", lambda error: report.errors.append(f"uncaught: {error}"))
     page.on("console", on_console)
@@ -192,20 +235,38 @@ def visit(browser, url: str) -> PageReport:
                 report.widgets_drawn = False
         report.images = page.evaluate(IMAGES)
         report.math = page.evaluate(MATH)
+        report.overflow = page.evaluate(OVERFLOW)
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=screenshot, full_page=True)
     finally:
         page.close()
     return report
 
 
 @pytest.fixture(scope="module")
-def reports(browser, server):
-    """Each page's report, by path; a page is visited the first time a test asks for it."""
-    cache: dict[str, PageReport] = {}
+def screenshots(pytestconfig) -> Iterator[Path]:
+    """The folder the screenshots go to: AT_BOOK_SCREENSHOTS, or a new temporary folder (kept,
+    to be looked at); named on the terminal when the module's tests are done."""
+    named = os.environ.get("AT_BOOK_SCREENSHOTS")
+    folder = Path(named) if named else Path(tempfile.mkdtemp(prefix="book-screenshots-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nScreenshots of the book's pages at {WIDTHS} px: {folder}")
 
-    def report(path: str) -> PageReport:
-        if path not in cache:
-            cache[path] = visit(browser, server + path)
-        return cache[path]
+
+@pytest.fixture(scope="module")
+def reports(browser, server, screenshots):
+    """Each page's report at each width; a page is visited the first time a test asks for it."""
+    cache: dict[tuple[str, int], PageReport] = {}
+
+    def report(path: str, width: int = DESKTOP) -> PageReport:
+        if (path, width) not in cache:
+            name = path.removesuffix(".html").replace("/", "-")
+            png = screenshots / f"{width}px" / f"{name}.png"
+            cache[path, width] = visit(browser, server + path, width, png)
+        return cache[path, width]
 
     return report
 
@@ -214,16 +275,27 @@ def short(url: str) -> str:
     return url if len(url) < 120 else url[:117] + "..."
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("path", PAGES)
-def test_page_fetches_nothing_from_other_hosts(reports, path):
-    leaks = sorted({short(url) for url in reports(path).requests if not _is_local(url)})
+def test_page_fetches_nothing_from_other_hosts(reports, path, width):
+    leaks = sorted({short(url) for url in reports(path, width).requests if not _is_local(url)})
     assert not leaks, f"{path} requested other hosts:\n" + "\n".join(leaks)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("path", PAGES)
-def test_page_has_no_javascript_errors(reports, path):
-    errors = reports(path).unexpected_errors()
-    assert not errors, f"{path} logged errors:\n" + "\n".join(errors)
+def test_page_has_no_javascript_errors(reports, path, width):
+    errors = reports(path, width).errors
+    assert not errors, f"{path} at {width} px logged errors:\n" + "\n".join(errors)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("path", PAGES)
+def test_page_fits_the_window(reports, path, width):
+    """Nothing makes the page wider than the window, and nothing in the article reaches past the
+    text column, unless it is inside a box that scrolls sideways."""
+    overflow = reports(path, width).overflow
+    assert not overflow, f"{path} at {width} px overflows:\n" + "\n".join(overflow[:10])
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -238,6 +310,20 @@ def test_page_math_is_typeset(reports, path):
 def test_page_images_load(reports, path):
     broken = [short(image["src"]) for image in reports(path).images if image["width"] == 0]
     assert not broken, f"{path}: images that did not load:\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("path", PAGES)
+def test_page_images_keep_their_proportions(reports, path, width):
+    """A figure shrunk to a narrow column keeps its shape (its height follows its width)."""
+    squeezed = []
+    for image in reports(path, width).images:
+        shown_width, shown_height = image["shown"]
+        if image["width"] and image["height"] and shown_width and shown_height:
+            ratio = (shown_width / shown_height) / (image["width"] / image["height"])
+            if abs(ratio - 1) > 0.03:
+                squeezed.append(f"{short(image['src'])}: shown at {ratio:.2f} of its proportions")
+    assert not squeezed, f"{path} at {width} px squeezes images:\n" + "\n".join(squeezed)
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -313,7 +399,7 @@ def test_attention_chapter_draws_every_bertviz_view_offline(browser, server, rep
     request leaves 127.0.0.1, no script fails) and draw their lines and tokens."""
     report = reports(ATTENTION_CHAPTER)
     assert not [url for url in report.requests if not _is_local(url)]
-    assert not report.unexpected_errors()
+    assert not report.errors
     page = browser.new_page()
     try:
         page.goto(server + ATTENTION_CHAPTER, wait_until="load")

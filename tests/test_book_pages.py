@@ -48,6 +48,28 @@ def test_every_link_between_pages_names_a_page_that_exists():
     assert links >= 11  # the landing page alone links every chapter
 
 
+# [text](12_decoding.ipynb), from a page to a page in its own folder
+RELATIVE_LINK = re.compile(r"\]\(([\w.-]+\.(?:ipynb|md))(#[\w-]+)?\)")
+# {doc}`text <target>` or {doc}`target`
+DOC_ROLE = re.compile(r"\{doc\}`(?:[^`<]*<([^`>]+)>|([^`<]+))`")
+
+
+def test_every_relative_link_and_doc_reference_names_a_page_that_exists():
+    """Links and {doc} references relative to the page's own folder (a chapter pointing to
+    another chapter) resolve too; Sphinx only warns when they do not."""
+    references = 0
+    for page, text in page_texts():
+        for match in RELATIVE_LINK.finditer(text):
+            assert (page.parent / match.group(1)).is_file(), f"{page.name} links to {match[1]}"
+            references += 1
+        for match in DOC_ROLE.finditer(text):
+            target = page.parent / (match.group(1) or match.group(2)).strip()
+            found = [target.with_suffix(suffix).is_file() for suffix in (".md", ".ipynb")]
+            assert any(found), f"{page.name} has {{doc}} {target.name}, which is no page"
+            references += 1
+    assert references >= 5  # chapters point to chapter 12; the landing page to its neighbours
+
+
 def test_every_chapter_named_by_number_exists():
     numbers = {int(chapter.split("/")[1][:2]) for chapter in toc_chapters()}
     named = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import tiny_model
@@ -286,6 +288,56 @@ def test_length_penalty_is_gnmt():
     assert length_penalty(10, 0.0) == 1.0
 
 
+def count_forward_calls(model) -> list[int]:
+    """A one-element list that counts the forward passes of every module of ``model``."""
+    calls = [0]
+    for module in model.modules():
+        module.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+BAD_ALPHAS = [-0.6, -1, float("nan"), float("inf"), float("-inf"), True, "0.6", None]
+
+
+@pytest.mark.parametrize("alpha", BAD_ALPHAS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_bad_length_penalty_is_refused_before_any_work(arch, alpha):
+    """A negative alpha would make the penalty shrink with length and beam search's stopping rule
+    unsound; it is named, with what is accepted, before the model runs."""
+    model = sharp_model(arch, 0)
+    calls = count_forward_calls(model)
+    if arch == "encoder-decoder":
+        args = {"src": torch.tensor([[3, 4]]), "bos_id": BOS}
+    else:
+        args = {"prompt": torch.tensor([[3]])}
+    message = f"alpha={alpha!r} is not accepted: the length penalty's exponent is a finite number"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        beam_search(model, alpha=alpha, eos_id=EOS, **args)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        exhaustive_best(model, VOCAB, max_new_tokens=2, alpha=alpha, eos_id=EOS, **args)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        length_penalty(3, alpha)
+    assert calls == [0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"beam_size": 0}, "beam_size=0 is not accepted: use an integer >= 1"),
+        ({"beam_size": -2}, "beam_size=-2 is not accepted"),
+        ({"beam_size": 2.5}, "beam_size=2.5 is not accepted"),
+        ({"beam_size": True}, "beam_size=True is not accepted"),
+        ({"max_new_tokens": 0}, "max_new_tokens=0 is not accepted: use an integer >= 1"),
+    ],
+)
+def test_bad_beam_settings_are_refused_before_any_work(settings, message):
+    model = sharp_model("encoder-decoder", 0)
+    calls = count_forward_calls(model)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        beam_search(model, src=torch.tensor([[3, 4]]), bos_id=BOS, eos_id=EOS, **settings)
+    assert calls == [0]
+
+
 def test_bad_arguments_give_clear_errors():
     decoder = sharp_model("decoder-only", 0)
     translator = sharp_model("encoder-decoder", 0)
@@ -297,7 +349,7 @@ def test_bad_arguments_give_clear_errors():
         greedy_decode(decoder, src=torch.tensor([[3, 4]]))
     with pytest.raises(ValueError, match="needs a prompt"):
         greedy_decode(decoder)
-    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+    with pytest.raises(ValueError, match="beam_size=0 is not accepted: use an integer >= 1"):
         beam_search(decoder, prompt=torch.tensor([[3]]), beam_size=0)
     with pytest.raises(ValueError, match="top_p must be in"):
         sample(decoder, prompt=torch.tensor([[3]]), top_p=1.5)
