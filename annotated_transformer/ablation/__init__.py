@@ -20,9 +20,11 @@ The pieces:
   model on a character LM (validation loss, bits per character, and the last-position loss);
 - pure analysis of records: :func:`summarize` (mean, std, 95% t interval, min, max),
   :func:`rank`, :func:`welch_test` and :func:`judge` (is a difference beyond seed noise?),
-  :func:`holm` (the p-values of a study's several comparisons adjusted together),
-  :func:`main_effects`, :func:`interaction`, :func:`curves`, and :func:`vaswani_comparison`, which
-  states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree.
+  :func:`holm` (the p-values of a study's several comparisons adjusted together; every verdict
+  is on the adjusted values), :func:`main_effects`, :func:`interaction`,
+  :func:`factorial_effects` (main effects and two-way interactions with intervals and tests),
+  :func:`curves`, and :func:`vaswani_comparison`, which states for each trend of Vaswani et al.
+  2017, Table 3, whether our runs agree.
 
 One file per step, each importable on its own::
 
@@ -69,7 +71,9 @@ from .runs import (  # noqa: F401
 from .statistics import (  # noqa: F401
     curves,
     default_metric,
+    factorial_effects,
     holm,
+    holm_verdicts,
     interaction,
     judge,
     main_effects,
