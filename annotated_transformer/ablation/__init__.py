@@ -1,8 +1,9 @@
 """Ablation studies (chapter 09): which design choices matter, measured over seeds.
 
 A *study* changes one *factor* of a base model over its *levels* and keeps everything else fixed
-(heads, depth, dropout, ...), or crosses several factors in a full factorial design (``factorial``:
-positional encoding × norm × schedule × label smoothing, 2×2×2×2 = 16 cells). Each level is a set
+(heads, depth, dropout, ...; ``table3``: every row of Vaswani et al.'s Table 3 that a config
+expresses), or crosses several factors in a full factorial design (``factorial``: positional
+encoding × norm × schedule × label smoothing, 2×2×2×2 = 16 cells; ``norm_and_position``: 2×2). Each level is a set
 of *overrides* of the configs, addressed as ``"model.<TransformerConfig field>"``,
 ``"train.<TrainConfig field>"``, ``"data.<task option>"`` or ``"evaluation.<option>"``.
 
@@ -24,7 +25,7 @@ The pieces:
   is on the adjusted values), :func:`main_effects`, :func:`interaction`,
   :func:`factorial_effects` (main effects and two-way interactions with intervals and tests),
   :func:`curves`, and :func:`vaswani_comparison`, which states for each trend of Vaswani et al.
-  2017, Table 3, whether our runs agree.
+  2017, Table 3, whether our runs agree (:func:`table3_coverage`: which rows run, and why not).
 
 One file per step, each importable on its own::
 
@@ -87,6 +88,7 @@ from .studies import (  # noqa: F401
     RUNNER_FIELDS,
     SECTIONS,
     STUDIES,
+    TABLE3_LEVELS,
     TASK_FIELDS,
     TASKS,
     Factor,
@@ -100,9 +102,11 @@ from .studies import (  # noqa: F401
 )
 from .vaswani import (  # noqa: F401
     PAPER_TOLERANCE,
+    TABLE3_NOT_RUN,
     TRENDS,
     VASWANI_TABLE3,
     Trend,
     paper_direction,
+    table3_coverage,
     vaswani_comparison,
 )
