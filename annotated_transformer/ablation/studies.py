@@ -34,9 +34,6 @@ class Scale:
     def of(self, value: int) -> int:
         return max(1, round(value * self.factor))
 
-    def __str__(self) -> str:
-        return f"{self.source or 'base'} x {self.factor:.4g}"
-
 
 @dataclass(frozen=True)
 class Factor:
