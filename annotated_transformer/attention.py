@@ -94,7 +94,7 @@ class KVCache:
     """
 
     key: Tensor | None = None  # [B, H, T_cache, d_k]
-    value: Tensor | None = None  # [B, H, T_cache, d_k]
+    value: Tensor | None = None  # [B, H, T_cache, d_v]
     # Without autograd, ``key`` and ``value`` are views of these buffers, which have room for more
     # positions: appending one position writes it in place instead of copying the whole cache
     # (``torch.cat`` would copy T_cache positions per step: O(T²) for a T-token generation).
@@ -105,7 +105,8 @@ class KVCache:
         return 0 if self.key is None else self.key.size(-2)
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the new positions ``[B, H, T_new, d_k]`` and return all keys and values so far."""
+        """Add the new keys ``[B, H, T_new, d_k]`` and values ``[B, H, T_new, d_v]``; return all
+        keys and values so far."""
         if self.key is None:
             self.key, self.value = key, value
         elif torch.is_grad_enabled() and (key.requires_grad or self.key.requires_grad):
@@ -193,9 +194,12 @@ class MultiHeadAttention(nn.Module):
     ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
     ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``.
 
-    The three input projections are stored as one ``[3·d_model, d_model]`` matrix ``qkv`` (rows
-    ``W^Q``, then ``W^K``, then ``W^V``; the same layout as ``nn.MultiheadAttention.in_proj_weight``)
-    so that self-attention projects in one matrix multiply.
+    The three input projections are stored as one ``[H·(2·d_k + d_v), d_model]`` matrix ``qkv``
+    (rows ``W^Q``, then ``W^K``, then ``W^V``) so that self-attention projects in one matrix
+    multiply. By default ``d_k = d_v = d_model / H`` (the paper's base model), and the matrix is
+    ``[3·d_model, d_model]``, the layout of ``nn.MultiheadAttention.in_proj_weight``. ``d_k`` and
+    ``d_v`` may be set apart from ``d_model`` (Table 3, row B changes ``d_k`` alone); ``W^O`` then
+    maps the ``H·d_v`` concatenated values back to ``d_model``.
 
     Two paths compute the same thing: the efficient one calls ``F.scaled_dot_product_attention``
     (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls
@@ -203,44 +207,61 @@ class MultiHeadAttention(nn.Module):
     (``need_weights=True``) or ``use_sdpa`` is False.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ) -> None:
         super().__init__()
         if d_model <= 0 or n_heads <= 0:
             raise ValueError(f"d_model and n_heads must be positive, got {d_model} and {n_heads}")
-        if d_model % n_heads != 0:
+        for name, size in (("d_k", d_k), ("d_v", d_v)):
+            if size is not None and size <= 0:
+                raise ValueError(f"{name}={size} is not accepted: use a positive size or None")
+        if d_model % n_heads != 0 and (d_k is None or d_v is None):
             raise ValueError(
                 f"d_model={d_model} is not divisible by n_heads={n_heads}: "
-                f"each head gets d_model / n_heads dimensions"
+                f"each head gets d_model / n_heads dimensions unless d_k and d_v are given"
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout={dropout} is not in [0, 1)")
         self.d_model = d_model
         self.n_heads = n_heads
-        self.d_k = d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
-        self.out = nn.Linear(d_model, d_model, bias=bias)  # W^O
+        self.d_k = d_model // n_heads if d_k is None else d_k
+        self.d_v = d_model // n_heads if d_v is None else d_v
+        # Widths of the stacked projections: all heads' queries, keys, values.
+        self._sizes = [n_heads * self.d_k, n_heads * self.d_k, n_heads * self.d_v]
+        self.qkv = nn.Linear(d_model, sum(self._sizes), bias=bias)  # [W^Q; W^K; W^V]
+        self.out = nn.Linear(n_heads * self.d_v, d_model, bias=bias)  # W^O
         self.dropout = nn.Dropout(dropout)
         self.use_sdpa = True
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)  # [B, H, T, d_k]
+        return x.view(batch, length, self.n_heads, -1).transpose(1, 2)  # [B, H, T, d_k or d_v]
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         batch, _, length, _ = x.shape
-        return x.transpose(1, 2).reshape(batch, length, self.d_model)  # [B, T, d_model]
+        return x.transpose(1, 2).reshape(batch, length, -1)  # [B, T, H·d_v]
 
     def project(self, query: Tensor, key_value: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Project inputs to per-head queries, keys and values, each ``[B, H, T, d_k]``."""
+        """Project inputs to per-head queries, keys ``[B, H, T, d_k]`` and values
+        ``[B, H, T, d_v]``."""
         if key_value is None:  # self-attention: one fused matmul
-            q, k, v = self.qkv(query).split(self.d_model, dim=-1)  # 3 × [B, T, d_model]
+            q, k, v = self.qkv(query).split(self._sizes, dim=-1)  # [B, T, H·d_k] ×2, [B, T, H·d_v]
         else:  # cross-attention: queries from the decoder, keys and values from the memory
-            weight_q, weight_kv = self.qkv.weight.split([self.d_model, 2 * self.d_model])
+            query_rows, key_value_rows = self._sizes[0], self._sizes[1] + self._sizes[2]
+            weight_q, weight_kv = self.qkv.weight.split([query_rows, key_value_rows])
             bias_q = bias_kv = None
             if self.qkv.bias is not None:
-                bias_q, bias_kv = self.qkv.bias.split([self.d_model, 2 * self.d_model])
-            q = F.linear(query, weight_q, bias_q)  # [B, T_q, d_model]
-            k, v = F.linear(key_value, weight_kv, bias_kv).split(self.d_model, dim=-1)
+                bias_q, bias_kv = self.qkv.bias.split([query_rows, key_value_rows])
+            q = F.linear(query, weight_q, bias_q)  # [B, T_q, H·d_k]
+            k, v = F.linear(key_value, weight_kv, bias_kv).split(self._sizes[1:], dim=-1)
         return self._split_heads(q), self._split_heads(k), self._split_heads(v)
 
     def forward(
@@ -277,7 +298,7 @@ class MultiHeadAttention(nn.Module):
             q = self._split_heads(F.linear(query, *self._query_params()))
             k, v = cache.key, cache.value
         else:
-            q, k, v = self.project(query, key_value)  # [B, H, T, d_k] each
+            q, k, v = self.project(query, key_value)  # [B, H, T, d_k], [B, H, T, d_v] for v
             if positions is not None:
                 if cache is not None and positions.offset != len(cache):
                     raise ValueError(
@@ -286,7 +307,7 @@ class MultiHeadAttention(nn.Module):
                     )
                 q, k = positions.rotate(q), positions.rotate(k)
             if cache is not None:
-                k, v = cache.append(k, v)  # [B, H, T_cache + T_q, d_k]
+                k, v = cache.append(k, v)  # [B, H, T_cache + T_q, d_k or d_v]
         position_bias = None if positions is None else positions.bias
         query_len, key_len = q.size(-2), k.size(-2)
 
@@ -313,8 +334,9 @@ class MultiHeadAttention(nn.Module):
         return self.out(self._merge_heads(output)), weights
 
     def _query_params(self) -> tuple[Tensor, Tensor | None]:
-        weight_q = self.qkv.weight[: self.d_model]
-        bias_q = None if self.qkv.bias is None else self.qkv.bias[: self.d_model]
+        rows = self._sizes[0]  # H·d_k
+        weight_q = self.qkv.weight[:rows]
+        bias_q = None if self.qkv.bias is None else self.qkv.bias[:rows]
         return weight_q, bias_q
 
     def _sdpa(
@@ -335,7 +357,7 @@ class MultiHeadAttention(nn.Module):
         with _sdpa_backend(q.device, k.shape[-2]):
             output = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
-            )  # [B, H, T_q, d_k]
+            )  # [B, H, T_q, d_v]
         if mask is not None:
             # Same contract as the explicit path: a query with no visible key outputs zeros.
             output = output.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

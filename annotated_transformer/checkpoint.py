@@ -271,6 +271,8 @@ SIZE_LIMITS = {
     "d_model": 2**16,
     "d_ff": 2**18,
     "n_heads": 2**10,
+    "d_k": 2**16,
+    "d_v": 2**16,
     "n_layers": 2**9,
     "n_encoder_layers": 2**9,
     "n_decoder_layers": 2**9,

@@ -58,6 +58,9 @@ class TransformerConfig:
     tgt_vocab_size: int | None = None  # encoder-decoder only; defaults to vocab_size
     d_model: int = 512
     n_heads: int = 8
+    d_k: int | None = None  # query and key size per head; defaults to d_model / n_heads
+    d_v: int | None = None  # value size per head; defaults to d_model / n_heads (Table 3, row
+    # B changes d_k alone: its parameter counts, 58M and 60M against 65M, keep d_v = 64)
     n_layers: int = 6
     n_encoder_layers: int | None = None  # defaults to n_layers
     n_decoder_layers: int | None = None  # defaults to n_layers
@@ -94,7 +97,14 @@ class TransformerConfig:
         check_choice("init", self.init, INIT_CHOICES)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
             check_positive_int(name, getattr(self, name))
-        for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers"):
+        for name in (
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "d_k",
+            "d_v",
+        ):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("relative_max_distance", self.relative_max_distance)
@@ -122,17 +132,22 @@ class TransformerConfig:
             raise ValueError(f"norm_eps={self.norm_eps!r} is not accepted: use a positive number")
         if not (is_number(self.rope_base) and self.rope_base > 1):
             raise ValueError(f"rope_base={self.rope_base!r} is not accepted: use a number > 1")
-        if self.d_model % self.n_heads != 0:
+        if self.d_model % self.n_heads != 0 and (self.d_k is None or self.d_v is None):
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
                 f"accepted are d_model that are multiples of n_heads (each head gets "
-                f"d_model / n_heads dimensions)"
+                f"d_model / n_heads dimensions), or both head sizes d_k and d_v set"
             )
-        if self.positional == "rope" and self.d_head % 2 != 0:
+        if self.positional == "rope" and self.key_size % 2 != 0:
+            where = (
+                f"d_k={self.d_k}"
+                if self.d_k is not None
+                else f"d_model / n_heads = {self.d_model} / {self.n_heads} = {self.key_size}"
+            )
             raise ValueError(
-                f"positional='rope' needs an even head size, but d_model / n_heads = "
-                f"{self.d_model} / {self.n_heads} = {self.d_head} is odd: choose d_model and "
-                f"n_heads so that d_model / n_heads is even"
+                f"positional='rope' needs an even head size d_k (it rotates pairs of each "
+                f"query's and key's dimensions), but {where} is odd: accepted are an even d_k, "
+                f"or (d_k unset) d_model and n_heads with an even d_model / n_heads"
             )
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got {self.d_model}")
@@ -158,8 +173,18 @@ class TransformerConfig:
     # Resolved values: the model reads these, so a default of None is resolved in one place.
     @property
     def d_head(self) -> int:
-        """``d_k = d_v = d_model / n_heads``."""
+        """``d_model / n_heads``: each head's size unless ``d_k`` or ``d_v`` says otherwise."""
         return self.d_model // self.n_heads
+
+    @property
+    def key_size(self) -> int:
+        """``d_k``, the size of each head's queries and keys."""
+        return self.d_head if self.d_k is None else self.d_k
+
+    @property
+    def value_size(self) -> int:
+        """``d_v``, the size of each head's values (``n_heads · d_v`` go into ``W^O``)."""
+        return self.d_head if self.d_v is None else self.d_v
 
     @property
     def source_vocab_size(self) -> int:

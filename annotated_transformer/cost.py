@@ -40,10 +40,18 @@ def linear_flops(d_model: int, d_ff: int, tokens: int) -> int:
 
 
 def _single_stack(config: TransformerConfig) -> None:
+    """Refuse a config outside the closed forms: one stack, heads of ``d_model / n_heads``."""
     if config.arch == "encoder-decoder":
         raise ValueError(
             "the closed forms here cover one stack (arch='decoder-only' or 'encoder-only'); "
             "an encoder-decoder adds cross-attention, which they leave out"
+        )
+    heads = config.n_heads
+    if config.key_size * heads != config.d_model or config.value_size * heads != config.d_model:
+        raise ValueError(
+            f"the closed forms here take H·d_k = H·d_v = d_model; got n_heads={heads}, "
+            f"d_k={config.key_size}, d_v={config.value_size}, d_model={config.d_model}: "
+            f"accepted are d_k and d_v unset (or equal to d_model / n_heads)"
         )
 
 

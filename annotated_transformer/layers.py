@@ -114,6 +114,18 @@ def recording(
 # cache:       a LayerCache for incremental decoding, or None.
 
 
+def attention_from(config: TransformerConfig) -> MultiHeadAttention:
+    """A multi-head attention of ``config``'s sizes (heads, ``d_k``, ``d_v``) and dropout."""
+    return MultiHeadAttention(
+        config.d_model,
+        config.n_heads,
+        config.attention_dropout_p,
+        config.bias,
+        d_k=config.key_size,
+        d_v=config.value_size,
+    )
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a :class:`Residual`.
 
@@ -122,9 +134,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.self_attention = MultiHeadAttention(
-            config.d_model, config.n_heads, config.attention_dropout_p, config.bias
-        )
+        self.self_attention = attention_from(config)
         self.feed_forward = FeedForward(
             config.d_model, config.d_ff, config.activation_dropout_p, config.activation, config.bias
         )
@@ -169,9 +179,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        attention_args = (config.d_model, config.n_heads, config.attention_dropout_p, config.bias)
-        self.self_attention = MultiHeadAttention(*attention_args)
-        self.cross_attention = MultiHeadAttention(*attention_args)
+        self.self_attention = attention_from(config)
+        self.cross_attention = attention_from(config)
         self.feed_forward = FeedForward(
             config.d_model, config.d_ff, config.activation_dropout_p, config.activation, config.bias
         )

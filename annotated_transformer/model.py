@@ -60,6 +60,7 @@ class Stack(nn.Module):
             max_len=config.max_len,
             relative_max_distance=config.relative_max_distance,
             rope_base=config.rope_base,
+            d_k=config.key_size,
         )
         self.dropout = nn.Dropout(config.dropout)
         layer = DecoderLayer if cross else EncoderLayer
@@ -376,12 +377,15 @@ def init_weights(model: nn.Module, config: TransformerConfig) -> None:
 def parameter_count(config: TransformerConfig) -> int:
     """The number of trainable parameters, in closed form (derived in chapter 05).
 
-    Per layer, with ``d = d_model``: attention ``4d² (+4d biases)``; feed-forward
+    Per layer, with ``d = d_model``: attention ``4d² (+4d biases)`` (with head sizes of their own,
+    ``d·H·(2·d_k + d_v) + H·d_v·d (+H·(2·d_k + d_v) + d)``); feed-forward
     ``2·d·d_ff (+d_ff + d)``; a norm ``2d`` (LayerNorm) or ``d`` (RMSNorm). An encoder layer has one
     attention and two norms, a decoder layer two attentions and three norms.
     """
     d, bias = config.d_model, config.bias
-    attention = 4 * d * d + (4 * d if bias else 0)
+    projected = config.n_heads * (2 * config.key_size + config.value_size)  # rows of W^Q, W^K, W^V
+    values = config.n_heads * config.value_size  # columns of W^O
+    attention = d * projected + values * d + ((projected + d) if bias else 0)
     feed_forward = 2 * d * config.d_ff + ((config.d_ff + d) if bias else 0)
     norm = 2 * d if config.norm == "layernorm" else d
     encoder_layer = attention + feed_forward + 2 * norm

@@ -272,7 +272,10 @@ class PositionalEncoding(nn.Module):
         max_len: int,
         relative_max_distance: int = 16,
         rope_base: float = 10000.0,
+        d_k: int | None = None,
     ) -> None:
+        """``d_k``: each head's query and key size, which rope rotates (default
+        ``d_model // n_heads``); relative and alibi add one scalar per head and need no size."""
         super().__init__()
         if name not in POSITIONAL_CHOICES:
             raise ValueError(f"positional={name!r} is not one of: {', '.join(POSITIONAL_CHOICES)}")
@@ -289,7 +292,7 @@ class PositionalEncoding(nn.Module):
         elif name == "alibi":
             self.bias = ALiBi(n_heads)
         elif name == "rope":
-            self.rotary = RotaryEmbedding(d_model // n_heads, rope_base)
+            self.rotary = RotaryEmbedding(d_model // n_heads if d_k is None else d_k, rope_base)
 
     def add_absolute(self, x: Tensor, offset: int = 0) -> Tensor:
         """``x``: ``[B, T, d_model]`` embeddings; returns them with absolute positions added."""

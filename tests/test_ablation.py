@@ -291,8 +291,9 @@ def test_table3_comparison_agrees_disagrees_and_says_within_noise():
     assert rows["16 heads instead of 8"]["verdict"] == "agrees"  # no clear change in either
     assert rows["fewer layers (paper 6 -> 2, ours 3 -> 1)"]["verdict"] == "within noise"
     assert rows["no dropout"]["verdict"] == "cannot judge"
-    assert rows["twice the width"]["verdict"] == "not run"
-    assert rows["smaller key size d_k at fixed h"]["verdict"] == "not run"
+    assert rows["twice the width d_model"]["verdict"] == "not run"
+    assert rows["a quarter of the key size d_k at fixed h"]["verdict"] == "not run"
+    assert rows["a quarter of the key size d_k at fixed h"]["note"] == "run: -p study table3"
     # A loss is compared with the paper's perplexity: lower is better.
     losses = runs("heads", "8", [2.0, 2.01, 1.99], "valid_loss") + runs(
         "heads", "1", [2.5, 2.51, 2.49], "valid_loss"
@@ -300,6 +301,125 @@ def test_table3_comparison_agrees_disagrees_and_says_within_noise():
     row = ab.vaswani_comparison(losses, "valid_loss", False)[0]
     assert row["paper_change"] == pytest.approx(5.29 - 4.92)
     assert (row["paper"], row["ours"], row["verdict"]) == ("worse", "worse", "agrees")
+
+
+def test_table3_study_runs_every_row_of_table3_but_those_it_says_why_not():
+    coverage = {row["paper"]: row for row in ab.table3_coverage("multi30k", "cpu")}
+    assert list(coverage) == list(ab.VASWANI_TABLE3)
+    variants = [v.label for v in ab.get_study("table3").variants("translation")]
+    assert variants == list(ab.TABLE3_LEVELS)
+    for name, row in coverage.items():
+        if name in variants:
+            assert row["status"] == "run"
+        else:
+            assert row["status"] == "not run" and row["ours"] == ab.TABLE3_NOT_RUN[name]
+    assert set(coverage) - set(variants) == set(ab.TABLE3_NOT_RUN)
+    # Every trend of the comparison is a row the table3 study runs.
+    assert {trend.paper for trend in ab.TRENDS} == set(variants) - {"base"}
+
+
+@pytest.mark.parametrize("profile", ab.PROFILE_CHOICES)
+def test_table3_rows_keep_their_ratio_to_the_papers_base(profile):
+    configs = {c["variant"]: c for c in ab.run_configs("table3", "multi30k", 1, profile)}
+    base = configs["base"]["model"]
+    d_model, layers, d_ff = base["d_model"], base["n_layers"], base["d_ff"]
+    assert base["n_heads"] == 8 and "d_k" not in base
+
+    def sizes(label):
+        model, _ = ab.build_configs(configs[label], PLACEHOLDER_TASK)
+        return model
+
+    for heads in (1, 4, 16, 32):  # (A): d_k = d_v = d_model / h
+        model = sizes(f"h={heads}")
+        assert model.n_heads == heads and model.key_size == model.value_size == d_model // heads
+    for size in (16, 32):  # (B): d_k alone, as 16 and 32 are to the paper's 64
+        model = sizes(f"d_k={size}")
+        assert model.key_size == d_model // 8 * size // 64 and model.value_size == d_model // 8
+    assert [sizes(f"N={n}").n_layers for n in (2, 4, 8)] == [layers // 3, 2 * layers // 3, 4]
+    assert [sizes(f"d_model={w}").d_model for w in (256, 1024)] == [d_model // 2, 2 * d_model]
+    assert {sizes(f"d_model={w}").d_ff for w in (256, 1024)} == {d_ff}
+    assert [sizes(f"d_ff={w}").d_ff for w in (1024, 4096)] == [d_ff // 2, 2 * d_ff]
+    assert sizes("learned").positional == "learned"
+    assert [configs[f"eps_ls={e}"]["train"]["label_smoothing"] for e in (0.0, 0.2)] == [0.0, 0.2]
+
+
+def test_table3_variants_are_the_one_factor_studies_runs_under_other_names():
+    """The same training config gives the same run: a stored heads or depth study fills the
+    table3 study's cells (and the reverse) without training them again."""
+    from annotated_transformer.ablation.runner import _training_part
+    from annotated_transformer.experiments import run_key
+
+    def keys(study):
+        return {
+            run_key(_training_part(c)): c["variant"]
+            for c in ab.run_configs(study, "multi30k", 1, "cpu")
+        }
+
+    table3 = keys("table3")
+    shared = {
+        "heads": {"1": "h=1", "4": "h=4", "16": "h=16", "8": "base"},
+        "depth": {"1": "N=2", "2": "N=4", "3": "base"},
+        "dropout": {"0.0": "P_drop=0.0", "0.2": "P_drop=0.2"},
+        "label_smoothing": {"0.0": "eps_ls=0.0", "0.2": "eps_ls=0.2"},
+        "positional": {"learned": "learned", "sinusoidal": "base"},
+    }
+    for study, pairs in shared.items():
+        found = {label: table3.get(key) for key, label in keys(study).items()}
+        assert {label: found[label] for label in pairs} == pairs, study
+
+
+def test_norm_and_position_is_a_two_by_two_whose_corner_is_the_base():
+    configs = ab.run_configs("norm_and_position", "tinyshakespeare", 1, "cpu")
+    cells = {(c["model"]["norm"], c["model"]["norm_position"]) for c in configs}
+    assert cells == {(n, p) for n in ("layernorm", "rmsnorm") for p in ("pre", "post")}
+    (baseline,) = [c for c in configs if c["baseline"]]
+    (base,) = [c for c in ab.run_configs("residual", "tinyshakespeare", 1, "cpu") if c["baseline"]]
+    assert baseline["model"] == base["model"]
+
+
+def test_table3_comparison_prefers_the_table3_study_and_adjusts_by_holm():
+    def runs(study, variant, values, baseline=False):
+        return [_record(study, variant, s, v, baseline=baseline) for s, v in enumerate(values)]
+
+    records = (
+        runs("table3", "base", [25.0, 25.1, 24.9], baseline=True)
+        + runs("table3", "d_k=16", [23.0, 23.1, 22.9])  # paper: worse; ours: worse
+        + runs("heads", "8", [25.0, 25.1, 24.9], baseline=True)
+        + runs("heads", "1", [27.0, 27.1, 26.9])  # only the heads study: better
+        + runs("table3", "h=4", [25.0, 25.3, 24.8])
+    )
+    rows = {row["trend"]: row for row in ab.vaswani_comparison(records, "test_bleu", True)}
+    quarter = rows["a quarter of the key size d_k at fixed h"]
+    assert (quarter["study"], quarter["verdict"]) == ("table3", "agrees")
+    assert quarter["ours_low"] < quarter["ours_change"] < quarter["ours_high"] < 0
+    assert (rows["1 head instead of 8"]["study"], rows["1 head instead of 8"]["ours"]) == (
+        "heads",
+        "better",
+    )
+    assert rows["4 heads instead of 8"]["study"] == "table3"
+    judged = [row for row in rows.values() if "p_holm" in row]
+    assert len(judged) == 3
+    assert [row["p_holm"] for row in judged] == ab.holm([row["p_value"] for row in judged])
+
+
+def test_save_tables_writes_a_factorials_effects_with_holm_verdicts(tmp_path):
+    import json
+
+    records = []
+    for cell in range(4):
+        a, b = cell >> 1, cell & 1
+        factors = {"A": f"a{a}", "B": f"b{b}"}
+        label = ", ".join(factors.values())
+        for seed, noise in enumerate((-0.1, 0.0, 0.1)):
+            value = 20 + 3 * a + noise * (1 + b)
+            records.append(_record("grid", label, seed, value, factors=factors, baseline=cell == 0))
+    paths = ab.save_tables(records, ResultsStore(tmp_path), "test_bleu", True)
+    tables = json.loads(paths["json"].read_text())
+    effects = {row["term"]: row for row in tables["effects"]}
+    assert set(effects) == {"A", "B", "A × B"}
+    assert effects["A"]["effect"] == pytest.approx(3.0) and effects["A"]["verdict"] == "differs"
+    assert effects["B"]["verdict"] == "within noise"
+    assert all("p_holm" in row and "diff_low" in row for row in tables["summary"][1:])
 
 
 # -- one stack for source and target --------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from scipy import stats
 
 from annotated_transformer import ablation as ab
@@ -150,3 +151,132 @@ def test_welch_without_spread_on_either_side():
     assert ab.welch_test([2.0, 2.0], [1.0, 1.0])["t"] == -math.inf
     same = ab.welch_test([1.0, 1.0], [1.0, 1.0])
     assert (same["t"], same["p_value"]) == (0.0, 1.0)
+
+
+# -- effect sizes with intervals, and verdicts on Holm-adjusted p-values ---------------------------
+
+
+def test_welch_interval_matches_statsmodels_unequal_variance_interval():
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    first, second = [20.1, 21.4, 20.7, 19.9], [22.3, 21.1, 23.0]
+    result = ab.welch_test(first, second)
+    reference = CompareMeans(DescrStatsW(second), DescrStatsW(first))
+    low, high = reference.tconfint_diff(alpha=0.05, usevar="unequal")
+    assert (result["low"], result["high"]) == pytest.approx((low, high), rel=1e-9)
+    assert result["low"] < result["difference"] < result["high"]
+    low90, high90 = reference.tconfint_diff(alpha=0.10, usevar="unequal")
+    narrower = ab.welch_test(first, second, confidence=0.90)
+    assert (narrower["low"], narrower["high"]) == pytest.approx((low90, high90), rel=1e-9)
+
+
+@pytest.mark.parametrize("key", sorted(STUDIES), ids="-".join)
+def test_a_stored_studys_verdicts_are_on_holm_adjusted_p_values_with_intervals(key):
+    records = STUDIES[key]
+    metric, _ = ab.default_metric(key[0])
+    values = ab.variant_values(records, metric)
+    baseline = next(r["config"]["variant"] for r in records if r["config"]["baseline"])
+    rows = [row for row in ab.summarize(records, metric) if "p_value" in row]
+    adjusted = ab.holm([row["p_value"] for row in rows])
+    for row, p_holm in zip(rows, adjusted, strict=True):
+        welch = stats.ttest_ind(values[row["variant"]], values[baseline], equal_var=False)
+        interval = welch.confidence_interval(0.95)
+        assert (row["diff_low"], row["diff_high"]) == pytest.approx(
+            (interval.low, interval.high), rel=1e-9
+        )
+        assert row["p_holm"] == p_holm
+        assert row["verdict"] == ("differs" if p_holm < 0.05 else "within noise")
+
+
+def test_a_comparison_significant_alone_can_be_within_noise_after_holm():
+    def runs(label, values, baseline=False):
+        return [
+            {
+                "config": {"variant": label, "factors": {"f": label}, "baseline": baseline},
+                "metrics": {"m": value},
+            }
+            for value in values
+        ]
+
+    records = runs("base", [1.0, 1.1, 0.9], baseline=True) + runs("a", [1.3, 1.4, 1.2])
+    records += [r for i in range(4) for r in runs(f"null{i}", [1.0 + 0.01 * i, 1.12, 0.88])]
+    rows = {row["variant"]: row for row in ab.summarize(records, "m")}
+    assert rows["a"]["p_value"] < 0.05 <= rows["a"]["p_holm"]
+    assert rows["a"]["verdict"] == "within noise"
+    assert ab.judge([1.0, 1.1, 0.9], [1.3, 1.4, 1.2])["verdict"] == "differs"  # alone
+
+
+def _factorial_records(seeds: int, noise_seed: int = 0):
+    """y = 10 + 2a + b - 0.5c + 3ab over a 2^4 design (a, b, c, d in {0, 1}), Gaussian noise."""
+    generator = torch.Generator().manual_seed(noise_seed)
+    records = []
+    for cell in range(16):
+        a, b, c, d = (cell >> 3) & 1, (cell >> 2) & 1, (cell >> 1) & 1, cell & 1
+        factors = {"A": f"a{a}", "B": f"b{b}", "C": f"c{c}", "D": f"d{d}"}
+        for _ in range(seeds):
+            y = 10 + 2 * a + b - 0.5 * c + 3 * a * b + 0.3 * torch.randn(1, generator=generator)
+            records.append(
+                {
+                    "config": {"variant": ", ".join(factors.values()), "factors": factors},
+                    "metrics": {"y": float(y)},
+                }
+            )
+    return records
+
+
+def test_factorial_effects_match_a_statsmodels_ols_of_the_saturated_model():
+    import pandas as pd
+    import statsmodels.formula.api as smf
+
+    records = _factorial_records(seeds=3)
+    # Columns f_A ... f_D: a factor named C would be patsy's C().
+    data = pd.DataFrame(
+        [
+            {**{f"f_{k}": v for k, v in r["config"]["factors"].items()}, "y": r["metrics"]["y"]}
+            for r in records
+        ]
+    )
+    # Sum coding: +1 at the first level, -1 at the second; ours is -1/2, +1/2, so a main effect
+    # is -2 times statsmodels' coefficient and a two-way interaction 4 times.
+    fit = smf.ols("y ~ C(f_A, Sum) * C(f_B, Sum) * C(f_C, Sum) * C(f_D, Sum)", data).fit()
+    intervals = fit.conf_int(alpha=0.05)
+    rows = {row["term"]: row for row in ab.factorial_effects(records, "y")}
+    assert len(rows) == 4 + 6
+    for term, row in rows.items():
+        names = term.split(" × ")
+        name = ":".join(f"C(f_{n}, Sum)[S.{n.lower()}0]" for n in names)
+        scale = -2.0 if len(names) == 1 else 4.0
+        assert row["effect"] == pytest.approx(scale * fit.params[name], rel=1e-9)
+        assert row["p_value"] == pytest.approx(fit.pvalues[name], rel=1e-7)
+        assert row["df"] == fit.df_resid == 48 - 16
+        ends = sorted(scale * intervals.loc[name])
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(ends, rel=1e-9)
+    assert [row["p_holm"] for row in rows.values()] == ab.holm(
+        [row["p_value"] for row in rows.values()]
+    )
+    # The designed effects come back and are found; the absent ones are not.
+    assert rows["A"]["effect"] == pytest.approx(2 + 3 / 2, abs=0.3)
+    assert rows["A × B"]["effect"] == pytest.approx(3, abs=0.5)
+    assert rows["A"]["verdict"] == rows["A × B"]["verdict"] == "differs"
+    assert rows["D"]["verdict"] == rows["C × D"]["verdict"] == "within noise"
+
+
+def test_factorial_effects_equal_the_differences_of_means_in_a_balanced_design():
+    records = _factorial_records(seeds=2, noise_seed=1)
+    rows = {row["term"]: row for row in ab.factorial_effects(records, "y")}
+    mains = {(r["factor"], r["level"]): r for r in ab.main_effects(records, "y")}
+    for factor in "ABCD":
+        assert rows[factor]["effect"] == pytest.approx(
+            mains[(factor, f"{factor.lower()}1")]["difference"]
+        )
+    table = ab.interaction(records, "y", "A", "B")
+    assert rows["A × B"]["effect"] == pytest.approx(table["interaction"])
+
+
+def test_factorial_effects_with_one_run_per_cell_cannot_judge_and_an_empty_cell_is_refused():
+    records = _factorial_records(seeds=1)
+    rows = ab.factorial_effects(records, "y")
+    assert all(row["verdict"] == "cannot judge" and math.isnan(row["p_value"]) for row in rows)
+    assert all(math.isfinite(row["effect"]) for row in rows)
+    with pytest.raises(ValueError, match="needs a run in each of the 16 cells; 1 have none"):
+        ab.factorial_effects(records[1:], "y")

@@ -612,6 +612,190 @@ def test_decoding_after_kv_cache_reorder_equals_decoding_the_reordered_batch():
 
 
 # ---------------------------------------------------------------------------------------------
+# Head sizes of their own: d_k and d_v apart from d_model / H (Vaswani et al. Table 3, row B)
+#
+# nn.MultiheadAttention ties each head to d_model / H, so a model with d_k or d_v of their own is
+# held against the formula written out in plain torch instead.
+
+HEAD_SIZES = [(3, 3), (6, 2), (2, 7), (D_K, D_K + 1)]  # (d_k, d_v): H·d_k and H·d_v != d_model
+
+
+def make_sized_mha(d_k: int | None, d_v: int | None, bias: bool = True) -> MultiHeadAttention:
+    mha = MultiHeadAttention(D_MODEL, N_HEADS, bias=bias, d_k=d_k, d_v=d_v).to(DTYPE).eval()
+    if bias:
+        with torch.no_grad():
+            mha.qkv.bias.normal_()
+            mha.out.bias.normal_()
+    return mha
+
+
+def plain_multihead_attention(
+    query: torch.Tensor,
+    memory: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_weight: torch.Tensor,
+    out_bias: torch.Tensor | None,
+    n_heads: int,
+    d_k: int,
+    d_v: int,
+    allowed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Vaswani et al. §3.2.2 written out: per head h, softmax(Q W_h^Q (K W_h^K)ᵀ / √d_k) V W_h^V,
+    the heads concatenated and projected by W^O. ``weight``: rows W^Q (H·d_k), W^K (H·d_k), W^V
+    (H·d_v); ``allowed``: bool ``[T_q, T_k]`` or ``[B, 1, 1, T_k]``, True = may attend."""
+    rows = [n_heads * d_k, n_heads * d_k, n_heads * d_v]
+    weights = weight.split(rows)
+    biases = bias.split(rows) if bias is not None else (None, None, None)
+    heads = []
+    for head in range(n_heads):
+        key_part = slice(head * d_k, (head + 1) * d_k)
+        value_part = slice(head * d_v, (head + 1) * d_v)
+        q = query @ weights[0][key_part].T  # [B, T_q, d_k]
+        k = memory @ weights[1][key_part].T  # [B, T_k, d_k]
+        v = memory @ weights[2][value_part].T  # [B, T_k, d_v]
+        if bias is not None:
+            q, k, v = q + biases[0][key_part], k + biases[1][key_part], v + biases[2][value_part]
+        scores = q @ k.transpose(1, 2) / d_k**0.5  # [B, T_q, T_k]
+        if allowed is not None:
+            mask = allowed if allowed.dim() == 2 else allowed[:, 0]  # [T_q, T_k] or [B, 1, T_k]
+            scores = scores.masked_fill(~mask, float("-inf"))
+        heads.append(scores.softmax(-1) @ v)  # [B, T_q, d_v]
+    output = torch.cat(heads, dim=-1) @ out_weight.T  # [B, T_q, d_model]
+    return output if out_bias is None else output + out_bias
+
+
+def plain_reference(mha: MultiHeadAttention, query, memory, allowed=None) -> torch.Tensor:
+    return plain_multihead_attention(
+        query,
+        memory,
+        mha.qkv.weight,
+        mha.qkv.bias,
+        mha.out.weight,
+        mha.out.bias,
+        mha.n_heads,
+        mha.d_k,
+        mha.d_v,
+        allowed,
+    )
+
+
+def test_the_plain_reference_matches_torch_multihead_attention_at_tied_head_sizes():
+    """The reference below is itself right where torch can check it (d_k = d_v = d_model / H)."""
+    torch.manual_seed(0)
+    mha = make_mha()
+    x = randn(2, 6, D_MODEL)
+    expected, _ = torch_mha_like(mha)(x, x, x, need_weights=False)
+    torch.testing.assert_close(plain_reference(mha, x, x), expected, **TIGHT)
+
+
+@pytest.mark.parametrize(("d_k", "d_v"), HEAD_SIZES)
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_head_sizes_of_their_own_match_a_plain_torch_reference(d_k, d_v, use_sdpa, bias):
+    torch.manual_seed(0)
+    mha = make_sized_mha(d_k, d_v, bias)
+    mha.use_sdpa = use_sdpa
+    assert mha.qkv.weight.shape == (N_HEADS * (2 * d_k + d_v), D_MODEL)
+    assert mha.out.weight.shape == (D_MODEL, N_HEADS * d_v)
+    x = randn(2, 6, D_MODEL)
+    padding = padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2]), pad_id=0)  # [B, 1, 1, T]
+    for mask, is_causal, allowed in [
+        (None, False, None),
+        (padding, False, padding),
+        (None, True, causal_mask(6)),
+    ]:
+        output, _ = mha(x, mask=mask, is_causal=is_causal)
+        torch.testing.assert_close(output, plain_reference(mha, x, x, allowed), **TIGHT)
+    # Cross-attention (T_q != T_k), with its explicit path's weights.
+    target, memory = randn(2, 4, D_MODEL), randn(2, 7, D_MODEL)
+    output, weights = mha(target, memory, need_weights=True)
+    torch.testing.assert_close(output, plain_reference(mha, target, memory), **TIGHT)
+    assert weights.shape == (2, N_HEADS, 4, 7)
+
+
+def test_default_head_sizes_are_bit_identical_to_the_tied_code():
+    """d_k = d_v = None builds exactly the module of before: the same parameter shapes, and the
+    same output to the last bit as the tied computation (split by d_model) written out below."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()  # float32: bit-identity, not tolerance
+    explicit = MultiHeadAttention(D_MODEL, N_HEADS, d_k=D_K, d_v=D_K).eval()
+    explicit.load_state_dict(mha.state_dict())
+    assert [tuple(p.shape) for p in mha.parameters()] == [
+        (3 * D_MODEL, D_MODEL),
+        (3 * D_MODEL,),
+        (D_MODEL, D_MODEL),
+        (D_MODEL,),
+    ]
+    x = torch.randn(2, 6, D_MODEL)
+    q, k, v = mha.qkv(x).split(D_MODEL, dim=-1)  # the code before head sizes of their own
+    q, k, v = (t.view(2, 6, N_HEADS, D_K).transpose(1, 2) for t in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        tied = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    tied = mha.out(tied.transpose(1, 2).reshape(2, 6, D_MODEL))
+    for module in (mha, explicit):
+        output, _ = module(x, is_causal=True)
+        assert torch.equal(output, tied)
+
+
+@pytest.mark.parametrize(("d_k", "d_v"), [(6, 2), (2, 7)])
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("positional", ["none", "rope", "relative", "alibi"])
+def test_kv_cache_with_head_sizes_of_their_own_equals_full_causal_attention(
+    d_k, d_v, use_sdpa, positional
+):
+    torch.manual_seed(0)
+    mha = make_sized_mha(d_k, d_v)
+    mha.use_sdpa = use_sdpa
+    x = randn(2, 8, D_MODEL)
+    encoding = at.PositionalEncoding(
+        positional, d_model=D_MODEL, n_heads=N_HEADS, max_len=16, d_k=d_k
+    ).to(DTYPE)
+    if positional == "rope":
+        assert encoding.rotary.d_k == d_k  # rope rotates the query/key size, not d_model / H
+    if positional == "relative":
+        with torch.no_grad():
+            encoding.bias.bias.weight.normal_()
+    expected = full_causal(mha, x, positions=encoding.position_state(8, dtype=DTYPE))
+    cache, pieces, start = KVCache(), [], 0
+    for chunk in (3, 1, 1, 2, 1):
+        positions = encoding.position_state(chunk, start, dtype=DTYPE)
+        output, _ = mha(
+            x[:, start : start + chunk], is_causal=True, positions=positions, cache=cache
+        )
+        pieces.append(output)
+        start += chunk
+    assert cache.key.shape[-1] == d_k and cache.value.shape[-1] == d_v
+    torch.testing.assert_close(torch.cat(pieces, dim=1), expected, **TIGHT)
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_cross_attention_cache_with_head_sizes_of_their_own(use_sdpa):
+    torch.manual_seed(0)
+    mha = make_sized_mha(6, 2)
+    mha.use_sdpa = use_sdpa
+    target, memory = randn(2, 4, D_MODEL), randn(2, 7, D_MODEL)
+    expected, _ = mha(target, memory)
+    cache = KVCache()
+    steps = [mha(target[:, t : t + 1], memory, cache=cache)[0] for t in range(4)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **TIGHT)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"d_model": 16, "n_heads": 4, "d_k": 0}, "d_k=0 is not accepted"),
+        ({"d_model": 16, "n_heads": 4, "d_v": -2}, "d_v=-2 is not accepted"),
+        ({"d_model": 18, "n_heads": 4, "d_k": 4}, "unless d_k and d_v are given"),
+    ],
+)
+def test_bad_head_sizes_are_refused(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**arguments)
+    assert MultiHeadAttention(18, 4, d_k=4, d_v=5).out.in_features == 20
+
+
+# ---------------------------------------------------------------------------------------------
 # The module's name is not hidden by a function of the same name
 
 

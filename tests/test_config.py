@@ -85,7 +85,9 @@ REQUIRED_SIZES = ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_l
 OPTIONAL_SIZES = ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers")
 
 
-@pytest.mark.parametrize("field", REQUIRED_SIZES + OPTIONAL_SIZES + ("relative_max_distance",))
+@pytest.mark.parametrize(
+    "field", REQUIRED_SIZES + OPTIONAL_SIZES + ("d_k", "d_v", "relative_max_distance")
+)
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
 def test_non_positive_or_non_integer_size_is_rejected(field, bad):
     with pytest.raises(ValueError, match=field_and_value(field, bad) + ".*positive integer"):
@@ -131,6 +133,25 @@ def test_rope_with_odd_head_size_is_rejected():
     with pytest.raises(ValueError, match=r"positional='rope' needs an even head size.*18 / 2 = 9"):
         small_config(d_model=18, n_heads=2, positional="rope")
     assert small_config(d_model=20, n_heads=2, positional="rope").d_head == 10
+
+
+def test_head_sizes_default_to_d_model_over_n_heads_and_can_be_set_apart():
+    config = small_config(d_model=24, n_heads=3, positional="none")
+    assert (config.d_k, config.d_v, config.key_size, config.value_size) == (None, None, 8, 8)
+    config = small_config(d_model=24, n_heads=3, d_k=4, positional="none")
+    assert (config.key_size, config.value_size) == (4, 8)  # Table 3, row B: d_k alone
+    # d_model need not divide into heads when both sizes are given ...
+    config = small_config(d_model=30, n_heads=4, d_k=6, d_v=5, positional="none")
+    assert (config.key_size, config.value_size) == (6, 5)
+    # ... but one left to its default still needs d_model / n_heads.
+    with pytest.raises(ValueError, match=r"d_model=30 is not divisible.*both head sizes d_k"):
+        small_config(d_model=30, n_heads=4, d_k=6, positional="none")
+
+
+def test_rope_with_an_odd_d_k_is_rejected_and_an_even_one_accepted():
+    with pytest.raises(ValueError, match=r"positional='rope' needs an even head size d_k.*d_k=5"):
+        small_config(d_model=20, n_heads=2, d_k=5, positional="rope")
+    assert small_config(d_model=18, n_heads=2, d_k=4, d_v=9, positional="rope").key_size == 4
 
 
 def test_sinusoidal_with_odd_d_model_is_rejected():

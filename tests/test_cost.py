@@ -114,3 +114,12 @@ def test_memory_formulas_match_real_tensors():
 def test_an_encoder_decoder_is_refused_with_a_reason():
     with pytest.raises(ValueError, match="one stack"):
         forward_flops(config_of(arch="encoder-decoder"), 1, 4)
+
+
+def test_head_sizes_of_their_own_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match=r"H·d_k = H·d_v = d_model; got .*d_k=2"):
+        forward_flops(config_of(d_k=2), 1, 4)
+    tied = config_of()
+    assert forward_flops(config_of(d_k=tied.d_head, d_v=tied.d_head), 1, 4) == forward_flops(
+        tied, 1, 4
+    )

@@ -2,6 +2,7 @@
 (causality, padding and batch invariance, permutation equivariance, cached = full decoding,
 efficient = explicit attention), the parameter count, initialisation, input errors, and learning."""
 
+import dataclasses
 import itertools
 import math
 
@@ -500,6 +501,73 @@ def test_paper_base_model_has_about_63_million_parameters():
     assert at.parameter_count(config) == by_hand
     assert at.count_parameters(build_model(config)) == by_hand
     assert 60e6 < by_hand < 66e6
+
+
+# ---------------------------------------------------------------------------------------------
+# Head sizes of their own (d_k, d_v): the properties above still hold, and Table 3's row B
+# parameter counts come out
+
+HEADS_APART = {"d_k": 6, "d_v": 4}  # H·d_k = 12 and H·d_v = 8, against d_model = 16
+
+
+@pytest.mark.parametrize("positional", POSITIONAL_CHOICES)
+@pytest.mark.parametrize("arch", CAUSAL_ARCHS)
+def test_head_sizes_of_their_own_keep_causality_and_cached_decoding(arch, positional):
+    model = make_model(arch, positional=positional, **HEADS_APART)
+    assert {(m.d_k, m.d_v) for m in attention_modules(model)} == {(6, 4)}
+    src, tokens = random_tokens(2, 6, seed=1), random_tokens(2, 9, seed=2)
+    logits = logits_of(model, tokens, src)
+    changed = tokens.clone()
+    changed[:, 4:] = different_tokens(tokens[:, 4:])
+    assert_exact(logits_of(model, changed, src)[:, :4], logits[:, :4])
+    assert_exact(decode_in_chunks(model, tokens, [4, 2, 1, 1, 1], src), logits)
+
+
+def test_unset_head_sizes_build_the_same_model_as_before():
+    """d_k = d_v = None and d_k = d_v = d_model / H: the same parameters, the same logits, and a
+    config dict whose new keys are None (a shipped config.json without them loads unchanged)."""
+    tokens = random_tokens(2, 9, seed=2)
+    default = make_model("decoder-only", positional="rope")
+    explicit = make_model("decoder-only", positional="rope", d_k=8, d_v=8)
+    assert default.config.d_head == 8
+    for (name, a), (other, b) in zip(
+        default.state_dict().items(), explicit.state_dict().items(), strict=True
+    ):
+        assert name == other and torch.equal(a, b), name
+    assert torch.equal(default(tokens), explicit(tokens))
+    stored = default.config.to_dict()
+    assert stored["d_k"] is None and stored["d_v"] is None
+    del stored["d_k"], stored["d_v"]
+    assert TransformerConfig.from_dict(stored) == default.config
+
+
+@pytest.mark.parametrize("arch", ["decoder-only", "encoder-only", "encoder-decoder"])
+def test_parameter_count_formula_with_head_sizes_of_their_own(arch):
+    for positional, sizes in itertools.product(
+        POSITIONAL_CHOICES, [{"d_k": 6, "d_v": 4}, {"d_k": 2}, {"d_v": 12}]
+    ):
+        for bias in (True, False):
+            config = make_config(arch, positional=positional, bias=bias, **sizes)
+            assert at.parameter_count(config) == at.count_parameters(build_model(config))
+
+
+def test_table3_row_b_parameter_counts_change_d_k_alone():
+    """Table 3, row B: d_k = 16 and 32 at h = 8 give 58M and 60M parameters against the base's
+    65M, i.e. 7M and 5M fewer. Smaller W^Q and W^K alone (d_v stays 64) in the 18 attentions of
+    6 encoder and 6 decoder layers account for that; shrinking d_v too (W^V and W^O) would
+    remove 14.2M."""
+    base = TransformerConfig(
+        arch="encoder-decoder",
+        vocab_size=37000,
+        share_embeddings=True,
+        tie_embeddings=True,
+        positional="sinusoidal",
+    )
+    counts = {d_k: at.parameter_count(dataclasses.replace(base, d_k=d_k)) for d_k in (None, 16, 32)}
+    fewer = {d_k: (counts[None] - counts[d_k]) / 1e6 for d_k in (16, 32)}
+    assert round(fewer[16]) == 65 - 58 and round(fewer[32]) == 65 - 60
+    both = at.parameter_count(dataclasses.replace(base, d_k=16, d_v=16))
+    assert round((counts[None] - both) / 1e6, 1) == 14.2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -191,3 +191,30 @@ def test_int8_is_about_half_of_float16_and_shipping_picks_float16_when_it_fits(
     assert (tmp_path / "model.safetensors").stat().st_size == sizes["int8"]
     assert shipping_dtype(model, max_bytes=sizes["float16"]) == "float16"
     assert shipping_dtype(model, max_bytes=sizes["float16"] - 1) == "int8"
+
+
+@pytest.mark.parametrize("arch", ["decoder-only", "encoder-decoder"])
+def test_head_sizes_of_their_own_round_trip(tmp_path, arch):
+    model = model_of(arch, positional="rope", d_k=6, d_v=4)
+    save_pretrained(tmp_path, model, DigitTokenizer(), dtype="float32")
+    loaded = load_pretrained(tmp_path)
+    assert (loaded.model.config.d_k, loaded.model.config.d_v) == (6, 4)
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), loaded.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+def test_a_shipped_config_without_head_sizes_loads_with_them_unset():
+    """models/*/config.json predate d_k and d_v: each loads, with d_k = d_v = d_model / n_heads."""
+    from pathlib import Path
+
+    from annotated_transformer import TransformerConfig
+
+    shipped = sorted((Path(__file__).resolve().parent.parent / "models").glob("*/config.json"))
+    assert shipped
+    for path in shipped:
+        values = json.loads(path.read_text(encoding="utf-8"))["model_config"]
+        assert "d_k" not in values and "d_v" not in values
+        config = TransformerConfig.from_dict(values)
+        assert config.key_size == config.value_size == config.d_model // config.n_heads

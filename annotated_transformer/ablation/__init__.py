@@ -1,8 +1,9 @@
 """Ablation studies (chapter 09): which design choices matter, measured over seeds.
 
 A *study* changes one *factor* of a base model over its *levels* and keeps everything else fixed
-(heads, depth, dropout, ...), or crosses several factors in a full factorial design (``factorial``:
-positional encoding × norm × schedule × label smoothing, 2×2×2×2 = 16 cells). Each level is a set
+(heads, depth, dropout, ...; ``table3``: every row of Vaswani et al.'s Table 3 that a config
+expresses), or crosses several factors in a full factorial design (``factorial``: positional
+encoding × norm × schedule × label smoothing, 2×2×2×2 = 16 cells; ``norm_and_position``: 2×2). Each level is a set
 of *overrides* of the configs, addressed as ``"model.<TransformerConfig field>"``,
 ``"train.<TrainConfig field>"``, ``"data.<task option>"`` or ``"evaluation.<option>"``.
 
@@ -20,9 +21,11 @@ The pieces:
   model on a character LM (validation loss, bits per character, and the last-position loss);
 - pure analysis of records: :func:`summarize` (mean, std, 95% t interval, min, max),
   :func:`rank`, :func:`welch_test` and :func:`judge` (is a difference beyond seed noise?),
-  :func:`holm` (the p-values of a study's several comparisons adjusted together),
-  :func:`main_effects`, :func:`interaction`, :func:`curves`, and :func:`vaswani_comparison`, which
-  states for each trend of Vaswani et al. 2017, Table 3, whether our runs agree;
+  :func:`holm` (the p-values of a study's several comparisons adjusted together; every verdict
+  is on the adjusted values), :func:`main_effects`, :func:`interaction`,
+  :func:`factorial_effects` (main effects and two-way interactions with intervals and tests),
+  :func:`curves`, and :func:`vaswani_comparison`, which states for each trend of Vaswani et al.
+  2017, Table 3, whether our runs agree (:func:`table3_coverage`: which rows run, and why not);
 - the stored studies as the chapter leads with them: :func:`stored_studies` (grouped by task,
   study and profile), :func:`verdict_table` (Holm-corrected verdicts, effects with 95%
   intervals), :func:`trivial_baseline` (the bigram, or the copied source) and
@@ -74,7 +77,9 @@ from .runs import (  # noqa: F401
 from .statistics import (  # noqa: F401
     curves,
     default_metric,
+    factorial_effects,
     holm,
+    holm_verdicts,
     interaction,
     judge,
     main_effects,
@@ -88,6 +93,7 @@ from .studies import (  # noqa: F401
     RUNNER_FIELDS,
     SECTIONS,
     STUDIES,
+    TABLE3_LEVELS,
     TASK_FIELDS,
     TASKS,
     Factor,
@@ -101,10 +107,12 @@ from .studies import (  # noqa: F401
 )
 from .vaswani import (  # noqa: F401
     PAPER_TOLERANCE,
+    TABLE3_NOT_RUN,
     TRENDS,
     VASWANI_TABLE3,
     Trend,
     paper_direction,
+    table3_coverage,
     vaswani_comparison,
 )
 from .verdicts import (  # noqa: F401

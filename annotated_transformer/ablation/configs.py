@@ -119,7 +119,7 @@ def _apply(sections: dict[str, dict[str, Any]], overrides: dict[str, Any]) -> No
     for name, value in overrides.items():
         section, field_name = name.split(".", 1)
         if isinstance(value, Scale):
-            value = value.of(sections[section][field_name])
+            value = value.of(sections[section][value.source or field_name])
         sections[section][field_name] = value
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..checkpoint import atomic_write_text
 from ..experiments import ResultsStore
-from .statistics import interaction, main_effects, rank, summarize
+from .statistics import factorial_effects, interaction, main_effects, rank, summarize
 from .vaswani import vaswani_comparison
 
 
@@ -52,7 +52,9 @@ def save_tables(
 ) -> dict[str, Path]:
     """Write the summary (CSV) and every table (JSON) of one study's records, atomically, as
     ``<store>/summaries/<task>-<study>-<profile>.{csv,json}`` (a subfolder: the store reads
-    only records from its root)."""
+    only records from its root). Every verdict in them is computed on Holm-adjusted p-values:
+    the summary's against the baseline, a factorial's ``effects`` (main effects and two-way
+    interactions) and the Table 3 comparison, each one family."""
     config = records[0]["config"]
     name = f"{config['task']}-{config['study']}-{config['profile']}"
     folder = store.root / "summaries"
@@ -67,6 +69,11 @@ def save_tables(
         "vaswani_comparison": vaswani_comparison(records, metric, higher_is_better),
     }
     factors = list(config["factors"])
+    if len(factors) > 1:  # a factorial: its effects with intervals and Holm-adjusted tests
+        try:
+            tables["effects"] = factorial_effects(records, metric)
+        except ValueError as error:  # an empty cell (a study under way), or 3-level factors
+            tables["effects"] = str(error)
     tables["interactions"] = [
         {"first": a, "second": b, **interaction(records, metric, a, b)}
         for i, a in enumerate(factors)

@@ -33,13 +33,17 @@ def variant_values(records: Iterable[dict[str, Any]], metric: str) -> dict[str, 
     return values
 
 
-def welch_test(first: Sequence[float], second: Sequence[float]) -> dict[str, float]:
+def welch_test(
+    first: Sequence[float], second: Sequence[float], confidence: float = 0.95
+) -> dict[str, float]:
     """Welch's t-test of ``mean(second) - mean(first)``, two-sided, from
     ``scipy.stats.ttest_ind(second, first, equal_var=False)``: ``t``, the Welch-Satterthwaite
-    degrees of freedom ``df`` (a fractional number) and the p-value of t with ``df`` degrees.
+    degrees of freedom ``df`` (a fractional number), the p-value of t with ``df`` degrees, and
+    the ``confidence`` interval of the difference (``low``, ``high``): the effect size in the
+    metric's own units.
 
     Two sides without spread have an infinite t (p = 0) when their means differ, and t = 0
-    (p = 1) when they do not.
+    (p = 1) when they do not; their interval is the difference itself.
     """
     from scipy import stats
 
@@ -52,13 +56,18 @@ def welch_test(first: Sequence[float], second: Sequence[float]) -> dict[str, flo
             "t": math.copysign(math.inf, difference) if difference else 0.0,
             "df": math.inf,
             "p_value": 0.0 if difference else 1.0,
+            "low": difference,
+            "high": difference,
         }
     result = stats.ttest_ind(second, first, equal_var=False)
+    interval = result.confidence_interval(confidence)
     return {
         "difference": difference,
         "t": float(result.statistic),
         "df": float(result.df),
         "p_value": float(result.pvalue),
+        "low": float(interval.low),
+        "high": float(interval.high),
     }
 
 
@@ -97,19 +106,44 @@ def judge(
     """
     if len(baseline) < 2 or len(variant) < 2:
         difference = mean(variant) - mean(baseline) if baseline and variant else math.nan
-        return {"difference": difference, "p_value": math.nan, "verdict": "cannot judge"}
-    test = welch_test(baseline, variant)
+        return {
+            "difference": difference,
+            "low": math.nan,
+            "high": math.nan,
+            "p_value": math.nan,
+            "verdict": "cannot judge",
+        }
+    test = welch_test(baseline, variant, 1 - alpha)
     verdict = "differs" if test["p_value"] < alpha else "within noise"
-    return {"difference": test["difference"], "p_value": test["p_value"], "verdict": verdict}
+    return {
+        "difference": test["difference"],
+        "low": test["low"],
+        "high": test["high"],
+        "p_value": test["p_value"],
+        "verdict": verdict,
+    }
+
+
+def holm_verdicts(rows: Sequence[dict[str, Any]], alpha: float = 0.05) -> None:
+    """Adjust the ``p_value`` of every row that has one by :func:`holm`, together (one family),
+    in place: ``p_holm``, and ``verdict`` ("differs" when ``p_holm < alpha``, "within noise"
+    otherwise; a row whose p-value is NaN keeps its verdict, "cannot judge")."""
+    compared = [row for row in rows if "p_value" in row]
+    for row, adjusted in zip(compared, holm([row["p_value"] for row in compared]), strict=True):
+        row["p_holm"] = adjusted
+        if not math.isnan(adjusted):
+            row["verdict"] = "differs" if adjusted < alpha else "within noise"
 
 
 def summarize(
     records: Sequence[dict[str, Any]], metric: str, confidence: float = 0.95
 ) -> list[dict[str, Any]]:
-    """One row per variant: n, mean, std, t interval, min, max, and the difference to the
-    baseline variant with :func:`judge`'s verdict; ``p_holm``: the p-value adjusted by
-    :func:`holm` over all of the study's comparisons with the baseline (the ``verdict`` is
-    per comparison, unadjusted)."""
+    """One row per variant: n, mean, std, t interval, min, max, and its comparison with the
+    baseline variant: ``vs_baseline`` (the difference of means, the effect size in the metric's
+    units) with its Welch ``confidence`` interval (``diff_low``, ``diff_high``), the Welch
+    ``p_value``, ``p_holm`` (adjusted by :func:`holm` over all of the study's comparisons with
+    the baseline, one family) and the ``verdict`` at ``1 - confidence``: "differs" when
+    ``p_holm`` is below it, "within noise", or "cannot judge" (fewer than 2 runs a side)."""
     values = variant_values(records, metric)
     factors = {r["config"]["variant"]: r["config"]["factors"] for r in records}
     baselines = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
@@ -137,13 +171,18 @@ def summarize(
         row["diverged"] = diverged.get(label, 0)
         row["baseline"] = label in baselines
         if baseline is not None and runs and label not in baselines:
-            verdict = judge(baseline, runs)
-            row.update({"vs_baseline": verdict["difference"], "p_value": verdict["p_value"]})
-            row["verdict"] = verdict["verdict"]
+            verdict = judge(baseline, runs, 1 - confidence)
+            row.update(
+                {
+                    "vs_baseline": verdict["difference"],
+                    "diff_low": verdict["low"],
+                    "diff_high": verdict["high"],
+                    "p_value": verdict["p_value"],
+                    "verdict": verdict["verdict"],
+                }
+            )
         rows.append(row)
-    compared = [row for row in rows if "p_value" in row]
-    for row, adjusted in zip(compared, holm([row["p_value"] for row in compared]), strict=True):
-        row["p_holm"] = adjusted
+    holm_verdicts(rows, 1 - confidence)
     return rows
 
 
@@ -224,6 +263,98 @@ def interaction(
     if len(rows) == 2 and len(columns) == 2:
         contrast = (means[1][1] - means[1][0]) - (means[0][1] - means[0][0])
     return {"rows": rows, "columns": columns, "means": means, "interaction": contrast}
+
+
+def factorial_effects(
+    records: Sequence[dict[str, Any]], metric: str, confidence: float = 0.95
+) -> list[dict[str, Any]]:
+    """Every main effect and two-way interaction of a two-level factorial study, each with its
+    ``confidence`` interval, t-test, Holm-adjusted p-value over the whole family, and verdict.
+
+    The saturated linear model of the design (every factor coded -1/2 at its first level and
+    +1/2 at its second, and every product of them: one parameter per cell) is fitted by least
+    squares. Its coefficients are the classic contrasts: a main effect is the second level's
+    mean minus the first's, an interaction ``(m11 - m10) - (m01 - m00)`` as in
+    :func:`interaction` (averaged over the other factors' cells alike). Its residuals are the
+    seed-to-seed spread within cells alone, with ``runs - cells`` degrees of freedom: every cell
+    needs a run, and with one run per cell the effects come without intervals or tests
+    (``verdict`` "cannot judge"). Higher interactions are fitted but not reported.
+
+    Returns one row per term, mains first: ``term`` ("A" or "A × B"), ``levels`` (what
+    ``effect`` compares), ``effect``, ``ci_low``, ``ci_high``, ``t``, ``df``, ``p_value``,
+    ``p_holm`` and ``verdict`` (at ``1 - confidence``, on ``p_holm``).
+    """
+    import itertools
+
+    import numpy as np
+    from scipy import stats
+
+    usable = [
+        r
+        for r in records
+        if isinstance(r["metrics"].get(metric), (int, float))
+        and math.isfinite(r["metrics"][metric])
+        and not r["metrics"].get("diverged")
+    ]
+    if not usable:
+        return []
+    factors = list(usable[0]["config"]["factors"])
+    levels: dict[str, list[str]] = {factor: [] for factor in factors}
+    for record in usable:
+        for factor in factors:
+            level = record["config"]["factors"][factor]
+            levels[factor] += [level] if level not in levels[factor] else []
+    many = [factor for factor in factors if len(levels[factor]) != 2]
+    if many:
+        raise ValueError(
+            f"factorial_effects needs two levels per factor; {', '.join(many)} has "
+            f"{', '.join(str(len(levels[f])) for f in many)}: use summarize and main_effects"
+        )
+    coded = np.array(
+        [[levels[f].index(r["config"]["factors"][f]) - 0.5 for f in factors] for r in usable]
+    )  # [runs, factors], -1/2 or +1/2
+    values = np.array([float(r["metrics"][metric]) for r in usable])  # [runs]
+    terms = [
+        subset
+        for order in range(len(factors) + 1)
+        for subset in itertools.combinations(range(len(factors)), order)
+    ]  # (), (0,), (1,), ..., (0, 1), ...: every product, the intercept first
+    design = np.stack([coded[:, list(term)].prod(axis=1) for term in terms], axis=1)
+    cells = {tuple(row) for row in coded.tolist()}
+    if len(cells) < len(terms):
+        raise ValueError(
+            f"factorial_effects needs a run in each of the {len(terms)} cells; "
+            f"{len(terms) - len(cells)} have none"
+        )
+    coefficients, *_ = np.linalg.lstsq(design, values, rcond=None)
+    residual = values - design @ coefficients
+    df = len(values) - len(terms)  # 0 with one run per cell: effects, but no spread to judge by
+    variance = float(residual @ residual) / df if df else math.nan
+    covariance = variance * np.linalg.inv(design.T @ design)
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, df)) if df else math.nan
+    rows = []
+    for index, term in enumerate(terms):
+        if len(term) not in (1, 2):
+            continue
+        effect = float(coefficients[index])
+        error = math.sqrt(float(covariance[index, index]))
+        t = effect / error if error > 0 else math.copysign(math.inf, effect) if effect else 0.0
+        names = [factors[i] for i in term]
+        rows.append(
+            {
+                "term": " × ".join(names),
+                "levels": "; ".join(f"{levels[n][0]} -> {levels[n][1]}" for n in names),
+                "effect": effect,
+                "ci_low": effect - quantile * error,
+                "ci_high": effect + quantile * error,
+                "t": t,
+                "df": df,
+                "p_value": float(2 * stats.t.sf(abs(t), df)) if df else math.nan,
+                "verdict": "cannot judge",
+            }
+        )
+    holm_verdicts(rows, 1 - confidence)
+    return rows
 
 
 def curves(records: Sequence[dict[str, Any]], key: str = "eval_loss") -> dict[str, dict[str, list]]:

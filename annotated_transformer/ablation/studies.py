@@ -24,9 +24,12 @@ TASK_FIELDS = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "pad_id")
 
 @dataclass(frozen=True)
 class Scale:
-    """An override relative to the profile: the profile's value times ``factor`` (an integer)."""
+    """An override relative to the profile: the profile's value times ``factor``, rounded to an
+    integer >= 1. ``source``: the field of the same section whose value is scaled (default: the
+    overridden field itself), e.g. ``{"model.d_k": Scale(16 / 512, "d_model")}``."""
 
     factor: float
+    source: str | None = None
 
     def of(self, value: int) -> int:
         return max(1, round(value * self.factor))
@@ -109,6 +112,28 @@ _ARCHITECTURE = Factor(
     only={"encoder-decoder": ("translation",)},
 )
 
+# Vaswani et al. 2017, Table 3, scaled to our base model: each row under its name in
+# vaswani.VASWANI_TABLE3 (whose other rows say why they are not run). The paper's base has
+# N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64; ours has the profile's d_model and d_ff, 3 layers
+# and h=8, so a row's change keeps its ratio to the paper's base: N=2 is a third of our depth,
+# d_k=16 a quarter of our d_model / h (16/512 of d_model), d_model=256 half our width.
+TABLE3_LEVELS: dict[str, dict[str, Any]] = {
+    "base": {},
+    # (A) heads at a fixed d_model: d_k = d_v = d_model / h
+    **{f"h={heads}": {"model.n_heads": heads} for heads in (1, 4, 16, 32)},
+    # (B) the key size alone, at h=8 (d_v stays d_model / h, as the paper's parameter counts say)
+    **{f"d_k={size}": {"model.d_k": Scale(size / 512, "d_model")} for size in (16, 32)},
+    # (C) depth, width (d_k = d_v = d_model / 8 follow it; d_ff stays) and feed-forward width
+    **{f"N={layers}": {"model.n_layers": Scale(layers / 6)} for layers in (2, 4, 8)},
+    **{f"d_model={width}": {"model.d_model": Scale(width / 512)} for width in (256, 1024)},
+    **{f"d_ff={width}": {"model.d_ff": Scale(width / 2048)} for width in (1024, 4096)},
+    # (D) dropout and label smoothing
+    **{f"P_drop={p}": {"model.dropout": p} for p in (0.0, 0.2)},
+    **{f"eps_ls={eps}": {"train.label_smoothing": eps} for eps in (0.0, 0.2)},
+    # (E) learned positions instead of sinusoids
+    "learned": {"model.positional": "learned"},
+}
+
 STUDIES: dict[str, Study] = {
     study.name: study
     for study in [
@@ -166,6 +191,30 @@ STUDIES: dict[str, Study] = {
             ("pre", "post"),
             "pre",
             description="the norm before each sublayer (pre) or after the residual sum (post)",
+        ),
+        Study(
+            name="norm_and_position",
+            description=(
+                "the norm (LayerNorm, RMSNorm) × where it sits (pre, post): a 2×2 factorial, "
+                "whose pre/post cells at LayerNorm are the norm_position study's runs"
+            ),
+            factors=(
+                Factor(
+                    "norm",
+                    {
+                        "layernorm": {"model.norm": "layernorm"},
+                        "rmsnorm": {"model.norm": "rmsnorm"},
+                    },
+                ),
+                Factor(
+                    "norm_position",
+                    {
+                        "pre": {"model.norm_position": "pre"},
+                        "post": {"model.norm_position": "post"},
+                    },
+                ),
+            ),
+            baseline={"norm": "layernorm", "norm_position": "pre"},
         ),
         Study(
             name="schedule",
@@ -253,6 +302,16 @@ STUDIES: dict[str, Study] = {
                 "smoothing": "ls=0.1",
             },
             vaswani_rows="D, E",
+        ),
+        Study(
+            name="table3",
+            description=(
+                "every row of Vaswani et al.'s Table 3 that one config expresses, scaled to our "
+                "base (ablation.table3_coverage says why the others are not run)"
+            ),
+            factors=(Factor("table3", TABLE3_LEVELS),),
+            baseline={"table3": "base"},
+            vaswani_rows="A, B, C, D, E",
         ),
     ]
 }

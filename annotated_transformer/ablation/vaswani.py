@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .statistics import judge, variant_values
+from .configs import run_configs
+from .statistics import holm, judge, variant_values
 
 # English-German newstest2013 (dev): per-wordpiece perplexity and BLEU (beam search, no checkpoint
 # averaging). One training run per row. Rows not listed change nothing else of the base model.
@@ -39,39 +40,57 @@ VASWANI_TABLE3: dict[str, dict[str, Any]] = {
     "eps_ls=0.0": {"row": "D", "change": "eps_ls=0.0", "ppl": 4.67, "bleu": 25.3},
     "eps_ls=0.2": {"row": "D", "change": "eps_ls=0.2", "ppl": 5.47, "bleu": 25.7},
     "learned": {"row": "E", "change": "learned positional embedding", "ppl": 4.92, "bleu": 25.7},
+    "big": {
+        "row": "big",
+        "change": "N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3, 300K steps (base: 100K)",
+        "ppl": 4.33,
+        "bleu": 26.4,
+    },
+}
+# The rows of Table 3 that the table3 study does not run, and why (every other row is one of its
+# variants, under the row's name: see studies.TABLE3_LEVELS; table3_coverage prints both).
+TABLE3_NOT_RUN: dict[str, str] = {
+    "big": (
+        "changes six things at once (N stays, d_model and d_ff x2, h=16, P_drop=0.3, 3x the "
+        "updates): it measures a bigger budget, not one design choice; at our scale one run would "
+        "cost about 12 base runs (4x the multiply-adds per update, 3x the updates)"
+    ),
 }
 # Differences this small are the last printed digit of a single run: "no clear change".
 PAPER_TOLERANCE = {"bleu": 0.1, "ppl": 0.03}
+TABLE3_STUDY, TABLE3_BASELINE = "table3", "base"
 
 
 @dataclass(frozen=True)
 class Trend:
-    """A comparison of Table 3 (``paper``: a row, against the base) and ours (``ours``: a variant
-    of ``study``, against ``baseline``); ``study=None``: not measurable with this model."""
+    """A comparison of Table 3 (``paper``: a row, against the base) and ours.
+
+    Ours is measured by the ``table3`` study's variant of the same name against its ``base``;
+    where that study is not stored, by ``ours`` against ``baseline`` in the one-factor ``study``
+    (None: only the table3 study varies it), which holds the same run under another name.
+    """
 
     name: str
     paper: str
-    study: str | None
+    study: str | None = None
     baseline: str = ""
     ours: str = ""
-    note: str = ""
 
 
 TRENDS = (
     Trend("1 head instead of 8", "h=1", "heads", "8", "1"),
     Trend("4 heads instead of 8", "h=4", "heads", "8", "4"),
     Trend("16 heads instead of 8", "h=16", "heads", "8", "16"),
-    Trend(
-        "smaller key size d_k at fixed h",
-        "d_k=16",
-        None,
-        note="not measured: our d_k is always d_model / h (the heads study changes both)",
-    ),
+    Trend("32 heads instead of 8", "h=32"),
+    Trend("a quarter of the key size d_k at fixed h", "d_k=16"),
+    Trend("half the key size d_k at fixed h", "d_k=32"),
     Trend("fewer layers (paper 6 -> 2, ours 3 -> 1)", "N=2", "depth", "3", "1"),
     Trend("fewer layers (paper 6 -> 4, ours 3 -> 2)", "N=4", "depth", "3", "2"),
-    Trend("more layers (paper 6 -> 8, ours 3 -> 6)", "N=8", "depth", "3", "6"),
-    Trend("half the width", "d_model=256", "width", "1x", "0.5x"),
-    Trend("twice the width", "d_model=1024", "width", "1x", "2x"),
+    Trend("more layers (paper 6 -> 8, ours 3 -> 4)", "N=8"),
+    Trend("half the width d_model", "d_model=256"),
+    Trend("twice the width d_model", "d_model=1024"),
+    Trend("half the feed-forward width d_ff", "d_ff=1024"),
+    Trend("twice the feed-forward width d_ff", "d_ff=4096"),
     Trend("no dropout", "P_drop=0.0", "dropout", "0.1", "0.0"),
     Trend("more dropout (0.2)", "P_drop=0.2", "dropout", "0.1", "0.2"),
     Trend("no label smoothing", "eps_ls=0.0", "label_smoothing", "0.1", "0.0"),
@@ -80,6 +99,42 @@ TRENDS = (
         "learned instead of sinusoidal positions", "learned", "positional", "sinusoidal", "learned"
     ),
 )
+
+
+def table3_coverage(task: str = "multi30k", profile: str = "cpu") -> list[dict[str, str]]:
+    """Each row of Table 3 and what becomes of it on ``task`` at ``profile``: the paper's change,
+    and ours (what the table3 study's variant of the same name changes in our base, resolved) or
+    the reason it is not run."""
+    configs = {c["variant"]: c for c in run_configs(TABLE3_STUDY, task, 1, profile)}
+    base = configs[TABLE3_BASELINE]
+    rows = []
+    for name, row in VASWANI_TABLE3.items():
+        ours, status = TABLE3_NOT_RUN.get(name, ""), "not run"
+        if name in configs:
+            status, changed = "run", []
+            for section in ("model", "train"):
+                values, reference = configs[name][section], dict(base[section])
+                if section == "model":  # the base leaves d_k to d_model / h
+                    heads = reference["d_model"] // reference["n_heads"]
+                    reference.setdefault("d_k", f"d_model / h = {heads}")
+                changed += [
+                    f"{key}={values[key]} (base {reference.get(key)})"
+                    for key in values
+                    if values[key] != reference.get(key)
+                ]
+            ours = ", ".join(changed) or "our base: " + ", ".join(
+                f"{key}={base['model'][key]}" for key in ("n_layers", "d_model", "d_ff", "n_heads")
+            )
+        rows.append(
+            {
+                "paper": name,
+                "table3_row": row["row"],
+                "paper_change": row["change"],
+                "status": status,
+                "ours": ours,
+            }
+        )
+    return rows
 
 
 def paper_direction(trend: Trend, measure: str) -> tuple[float, str]:
@@ -102,8 +157,11 @@ def vaswani_comparison(
     and the verdict: ``agrees``, ``disagrees``, ``within noise`` (ours is not beyond seed noise
     while the paper saw a change), ``cannot judge`` (fewer than 2 runs), or ``not run``.
 
-    BLEU metrics are compared with the paper's BLEU, losses with its perplexity (a loss is the
-    log of a perplexity, so they move together).
+    Ours is a Welch test against the baseline; the p-values of all the trends measured are
+    adjusted together by Holm (``p_holm``, one family: the table), and a difference counts only
+    when ``p_holm < alpha``. ``ours_low`` and ``ours_high``: the ``1 - alpha`` interval of our
+    difference. BLEU metrics are compared with the paper's BLEU, losses with its perplexity (a
+    loss is the log of a perplexity, so they move together).
     """
     measure = "bleu" if "bleu" in metric else "ppl"
     by_study: dict[str, list[dict[str, Any]]] = {}
@@ -112,31 +170,55 @@ def vaswani_comparison(
     rows = []
     for trend in TRENDS:
         change, paper = paper_direction(trend, measure)
-        row = {
+        row: dict[str, Any] = {
             "trend": trend.name,
             "table3_row": VASWANI_TABLE3[trend.paper]["row"],
             "paper_change": change,
             "paper": paper,
         }
-        values = variant_values(by_study.get(trend.study, []), metric) if trend.study else {}
-        base, ours = values.get(trend.baseline, []), values.get(trend.ours, [])
-        if not base or not ours:
-            row.update({"ours_change": math.nan, "p_value": math.nan, "ours": "not run"})
-            row["verdict"] = "not run"
-            row["note"] = trend.note or f"run: -p study {trend.study}"
+        sources = [(TABLE3_STUDY, TABLE3_BASELINE, trend.paper)]
+        if trend.study:
+            sources.append((trend.study, trend.baseline, trend.ours))
+        for study, baseline, ours in sources:
+            values = variant_values(by_study.get(study, []), metric)
+            base, variant = values.get(baseline, []), values.get(ours, [])
+            if base and variant:
+                break
+        if not base or not variant:
+            row.update({"study": "", "ours_change": math.nan, "p_value": math.nan})
+            row.update({"ours": "not run", "verdict": "not run"})
+            row["note"] = "run: -p study table3"
             rows.append(row)
             continue
-        verdict = judge(base, ours, alpha)
-        difference = verdict["difference"]
+        verdict = judge(base, variant, alpha)
+        row.update(
+            {
+                "study": study,
+                "ours_change": verdict["difference"],
+                "ours_low": verdict["low"],
+                "ours_high": verdict["high"],
+                "p_value": verdict["p_value"],
+            }
+        )
+        rows.append(row)
+    judged = [row for row in rows if "verdict" not in row and not math.isnan(row["p_value"])]
+    for row, adjusted in zip(judged, holm([row["p_value"] for row in judged]), strict=True):
+        row["p_holm"] = adjusted
+    for row in rows:
+        if "verdict" in row:
+            continue
+        if math.isnan(row["p_value"]):
+            row.update({"ours": "cannot judge", "verdict": "cannot judge"})
+            row["note"] = "fewer than 2 runs on a side"
+            continue
+        difference, paper = row["ours_change"], row["paper"]
         direction = (
             "same"
-            if verdict["verdict"] != "differs"
+            if row["p_holm"] >= alpha
             else ("better" if (difference > 0) == higher_is_better else "worse")
         )
-        row.update({"ours_change": difference, "p_value": verdict["p_value"], "ours": direction})
-        if verdict["verdict"] == "cannot judge":
-            row["verdict"], row["note"] = "cannot judge", "fewer than 2 runs on a side"
-        elif direction == "same":
+        row["ours"] = direction
+        if direction == "same":
             agree = paper == "same"
             row["verdict"] = "agrees" if agree else "within noise"
             row["note"] = (
@@ -149,5 +231,4 @@ def vaswani_comparison(
                 if paper == "same"
                 else f"paper {paper}, ours {direction}"
             )
-        rows.append(row)
     return rows
