@@ -404,10 +404,12 @@ def run_and_store(
     rerun: bool = False,
     jobs: int = 1,
     log: Callable[[str], None] | None = print,
+    corpus: LanguageModelCorpus | None = None,
 ) -> dict[str, Any]:
-    """Run ``profile`` unless it is stored (or ``rerun``), and store it with its provenance."""
+    """Run ``profile`` unless it is stored (or ``rerun``), and store it with its provenance
+    (``corpus``: Tiny Shakespeare unless given)."""
 
     def train(config: dict[str, Any]) -> dict[str, Any]:
-        return run(config_from_record(config), log=log, jobs=jobs)
+        return run(config_from_record(config), corpus, log=log, jobs=jobs)
 
     return run_or_load(results_store(root), record_config(profile), train, rerun=rerun)

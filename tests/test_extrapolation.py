@@ -149,3 +149,16 @@ def test_a_record_config_round_trips_and_a_stored_run_is_found_by_its_key(tmp_pa
     record = {"config": config, "metrics": {}, "history": [], "provenance": {}}
     ResultsStore(tmp_path / "results" / "extrapolation").save(run_key(config), record)
     assert ex.stored_record(tmp_path, "cpu")["config"] == config
+
+
+def test_run_and_store_trains_once_then_reads_the_stored_record(tmp_path, monkeypatch):
+    monkeypatch.setitem(ex.PROFILES, "cpu", dataclasses.replace(TINY, encodings=("alibi",)))
+    first = ex.run_and_store(tmp_path, "cpu", log=None, corpus=corpus())
+    assert first["provenance"]["seed"] == 0 and "alibi" in first["metrics"]
+    assert ex.stored_record(tmp_path, "cpu") == first
+
+    def no_training(*arguments, **options):
+        raise AssertionError("a stored run was trained again")
+
+    monkeypatch.setattr(ex, "run", no_training)
+    assert ex.run_and_store(tmp_path, "cpu", log=None, corpus=corpus()) == first
