@@ -68,7 +68,10 @@ class ExtrapolationConfig:
     eval_characters: int | None = None  # the first this many of the validation text; None: all
     check_every: int = 0  # an in-window check every this many updates (0: at the end only)
     check_characters: int = 16384  # validation characters read by those checks
-    tolerance: float = 0.05  # nats: the in-window change counted as flat
+    # nats: the largest in-window change counted as flat. Meant to sit above the check's
+    # standard error on the whole validation text (printed beside the change) and below the
+    # rises beyond the window that the experiment reads.
+    tolerance: float = 0.01
     groups: int = 20  # contiguous groups of windows for the standard error
     seed: int = 0
     encodings: tuple[str, ...] = ENCODINGS
