@@ -5,6 +5,7 @@ Each module holds what one chapter teaches::
     attention.py   01  scaled dot-product and multi-head attention, the KV cache
     masking.py     02  padding and causal masks (True = may attend)
     positional.py  03  sinusoidal, learned, relative, RoPE, ALiBi, none
+    extrapolation.py 03 the length-extrapolation experiment: per-position loss, in-window check
     norms.py       04  LayerNorm and RMSNorm from scratch
     layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
     config.py      05/08  TransformerConfig and TrainConfig, validated; the public check_* helpers
@@ -33,8 +34,9 @@ Each module holds what one chapter teaches::
     attention_maps.py  10  trained models' attention as stored maps, head measures, bertviz
     cost.py        11  FLOPs and memory of attention and of whole models, in closed form
 
-The modules of chapters 08-11 are imported by name (``from annotated_transformer import cost``);
-the names below are the building blocks every chapter uses.
+The modules of chapters 08-11, and extrapolation.py, are imported by name
+(``from annotated_transformer import cost``); the names below are the building blocks every
+chapter uses.
 """
 
 from .attention import (
