@@ -42,6 +42,33 @@ CANDIDATES: dict[str, dict[str, dict]] = {
             "train.eval_every": 200,
             "evaluation.eval_batches": None,
         },
+        # 600 updates of 3 x 256 reached valid loss 2.09 in 257 s: too slow per update. The `cpu`
+        # profile of chapter 08 (3 x 128, 16 x 128 characters, fp32) reached 1.73 after 1500
+        # updates in 115 s: a narrow model and many updates.
+        "d128-l3-1500-b16": {
+            **_BF16,
+            "data.context_length": 128,
+            "data.batch_size": 16,
+            "model.d_model": 128,
+            "model.d_ff": 512,
+            "train.max_steps": 1500,
+            "train.warmup": 100,
+            "train.lr": 2e-3,
+            "train.eval_every": 500,
+            "evaluation.eval_batches": None,
+        },
+        "d128-l3-3000-b16": {
+            **_BF16,
+            "data.context_length": 128,
+            "data.batch_size": 16,
+            "model.d_model": 128,
+            "model.d_ff": 512,
+            "train.max_steps": 3000,
+            "train.warmup": 100,
+            "train.lr": 2e-3,
+            "train.eval_every": 500,
+            "evaluation.eval_batches": None,
+        },
     },
     # 3 + 3 layers x 256 over a joint 8k BPE, the whole training set, batches of 4000 positions.
     "multi30k": {
