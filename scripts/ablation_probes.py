@@ -128,6 +128,23 @@ CANDIDATES: dict[str, dict[str, dict]] = {
             "train.lr": 2e-3,
             "train.eval_every": 250,
         },
+        # greedy BLEU 10.6 in 488 s: rotary positions and GELU (valid loss 3.75 against 4.19 after 250
+        # updates in the reference probes), no dropout, twice the updates of half the positions
+        "d256-l3-rope-gelu-1000x2000": {
+            **_BF16,
+            "data.bpe_vocab_size": 8000,
+            "data.max_train_pairs": None,
+            "data.max_tokens": 2000,
+            "model.d_model": 256,
+            "model.d_ff": 1024,
+            "model.positional": "rope",
+            "model.activation": "gelu",
+            "model.dropout": 0.0,
+            "train.max_steps": 1000,
+            "train.warmup": 100,
+            "train.lr": 2e-3,
+            "train.eval_every": 500,
+        },
     },
 }
 
