@@ -120,6 +120,23 @@ for _sizes in TRAINING.values():
 # embeddings: on a CPU, dropout on the [B, H, T, T] weights and the [B, T, d_ff] hidden layer
 # costs as much as the model); 3500 updates of 32 x 256 characters (about 28M characters, 28
 # epochs of the training split).
+# The decoders' GPT style (Tiny Shakespeare, PTB): N(0, 0.02) init, no embedding scaling, rotary
+# positions, GELU, dropout only on sublayer outputs and embeddings; AdamW as nanoGPT sets it.
+_GPT_STYLE = {
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "init": "normal",
+    "scale_embeddings": False,
+    "positional": "rope",
+    "activation": "gelu",
+}
+_GPT_TRAINING = {
+    "weight_decay": 0.1,
+    "betas": [0.9, 0.99],
+    "precision": "bf16",
+    "grad_clip": 1.0,
+    "log_every": 25,
+}
 TRAINING["reference"] = {
     "tinyshakespeare": _size(
         {"context_length": 256, "batch_size": 32, "batches_per_epoch": 1000},
@@ -129,23 +146,14 @@ TRAINING["reference"] = {
             "n_layers": 6,
             "d_ff": 1536,
             "dropout": 0.2,
-            "attention_dropout": 0.0,
-            "activation_dropout": 0.0,
-            "init": "normal",
-            "scale_embeddings": False,
-            "positional": "rope",
-            "activation": "gelu",
+            **_GPT_STYLE,
         },
         {
             "lr": 2e-3,
             "min_lr": 2e-4,
             "warmup": 100,
             "max_steps": 3500,
-            "weight_decay": 0.1,
-            "betas": [0.9, 0.99],
-            "precision": "bf16",
-            "grad_clip": 1.0,
-            "log_every": 25,
+            **_GPT_TRAINING,
             "eval_every": 200,
             "eval_batches": None,
         },
@@ -197,23 +205,14 @@ TRAINING["reference"] = {
             "n_layers": 6,
             "d_ff": 1024,
             "dropout": 0.3,
-            "attention_dropout": 0.0,
-            "activation_dropout": 0.0,
-            "init": "normal",
-            "scale_embeddings": False,
-            "positional": "rope",
-            "activation": "gelu",
+            **_GPT_STYLE,
         },
         {
             "lr": 1e-3,
             "min_lr": 1e-4,
             "warmup": 200,
             "max_steps": 6000,
-            "weight_decay": 0.1,
-            "betas": [0.9, 0.99],
-            "precision": "bf16",
-            "grad_clip": 1.0,
-            "log_every": 25,
+            **_GPT_TRAINING,
             "eval_every": 300,
             "eval_batches": None,
         },
