@@ -24,7 +24,7 @@ NORM_POSITION_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu")
 INIT_CHOICES = ("xavier", "normal")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
-PRECISION_CHOICES = ("fp32", "bf16")
+PRECISION_CHOICES = ("fp32", "bf16", "auto")
 MODE_CHOICES = ("auto", "min", "max")
 # Field -> its choices, for the command line's --help (each is checked in its class's
 # __post_init__).
@@ -254,7 +254,9 @@ class TrainConfig:
     save_every: int | None = None  # updates between last.pt saves; None: at each evaluation
     seed: int = 0
     device: str = "auto"  # auto: cuda when available
-    precision: str = "fp32"  # bf16: autocast to bfloat16 (CUDA; on CPU, CPU autocast)
+    # bf16: autocast to bfloat16 (CUDA; on CPU, CPU autocast); auto: bf16 where the device has it
+    # natively (train.native_bf16), else fp32
+    precision: str = "fp32"
     compile: bool = False  # torch.compile the model (on CPU it needs a C++ compiler; slow start)
     log_every: int = 10  # updates per history row
     progress: bool = True  # a tqdm progress bar (main process only)

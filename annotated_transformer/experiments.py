@@ -235,7 +235,8 @@ def run_or_load(
     """The stored record of ``config``, or ``train_fn(config)`` run, saved and returned.
 
     ``train_fn`` returns ``{"metrics", "history", "samples"?, "attention"?, "device"?,
-    "resumed"?}``; this function adds the key, the config and the provenance (with the wall time it
+    "precision"?, "resumed"?}`` (``precision``: the one the run computed in, kept in the
+    provenance); this function adds the key, the config and the provenance (with the wall time it
     measured and ``config["seed"]``). Attention maps are saved beside the record
     (:meth:`save_attention`), first, so that a record on disk always has its maps.
 
@@ -254,6 +255,7 @@ def run_or_load(
     result = dict(train_fn(config))
     wall_time = time.perf_counter() - started
     device = result.pop("device", None)
+    precision = result.pop("precision", None)  # what a config's precision "auto" resolved to
     attention_maps = result.pop("attention", None)
     resumed = result.pop("resumed", None)
     first_code = code
@@ -267,6 +269,8 @@ def run_or_load(
         "samples": result.pop("samples", {}),
         "provenance": provenance(config.get("seed", 0), wall_time, device, first_code),
     }
+    if precision is not None:
+        record["provenance"]["precision"] = precision
     if resumed:
         record["provenance"]["resumed"] = {
             "earlier_wall_time_s": float(resumed["wall_time_s"]),

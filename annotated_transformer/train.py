@@ -313,12 +313,52 @@ def evaluate(
     }
 
 
+# The CPU instructions that compute in bfloat16 natively (Intel Cooper Lake and later, AMD Zen 4
+# and later). Without them CPU autocast emulates bf16 and runs slower than fp32: measured 10x
+# slower on a 2-core AMD EPYC (Zen 3) training the ablation studies' 3 x 128 decoder.
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags as Linux lists them (empty where that file is missing)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return set()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return flags
+
+
+def native_bf16(device: torch.device | str) -> bool:
+    """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that supports it, or a CPU
+    with :data:`NATIVE_BF16_CPU_FLAGS` (read from Linux's /proc/cpuinfo; elsewhere, no)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(cpu_flags() & set(NATIVE_BF16_CPU_FLAGS))
+    return False
+
+
+def resolve_precision(device: torch.device | str, precision: str) -> str:
+    """``precision`` itself, or for ``"auto"`` ``"bf16"`` where :func:`native_bf16`, else
+    ``"fp32"``."""
+    check_choice("precision", precision, PRECISION_CHOICES)
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
 def autocast_factory(
     device: torch.device, precision: str
 ) -> Callable[[], contextlib.AbstractContextManager]:
     """A function returning the autocast context of a forward pass: bf16 autocast on ``device``
-    for ``precision="bf16"``, a no-op context for ``"fp32"``."""
-    check_choice("precision", precision, PRECISION_CHOICES)
+    for ``precision="bf16"``, a no-op context for ``"fp32"``; ``"auto"`` is
+    :func:`resolve_precision`'s choice."""
+    precision = resolve_precision(device, precision)
     if precision == "bf16":
         return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext

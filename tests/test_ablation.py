@@ -49,16 +49,30 @@ def test_every_variant_of_every_study_builds_valid_configs(profile, task):
             assert config["study"] == name and config["task"] == task
 
 
-def test_a_one_factor_baseline_is_the_profile_base_itself():
-    # Every one-factor study changes one thing of the same base: its baseline is that base.
+@pytest.mark.parametrize("profile", ab.PROFILE_CHOICES)
+@pytest.mark.parametrize("task", ["multi30k", "tinyshakespeare"])
+def test_a_one_factor_baseline_is_the_profile_base_itself(profile, task):
+    # Every one-factor study changes one thing of the same base: its baseline is that base, also
+    # where the profile's base is not the study's declared baseline (no dropout in `reference`).
     base = None
     for name in ab.study_names():
-        if name == "factorial":
+        if name == "factorial" or len(ab.get_study(name).factors) > 1 and task != "multi30k":
             continue
-        (config,) = [c for c in ab.run_configs(name, "multi30k", 1, "gpu") if c["baseline"]]
+        (config,) = [c for c in ab.run_configs(name, task, 1, profile) if c["baseline"]]
         trained = {key: config[key] for key in ("model", "train", "data", "evaluation")}
         base = base or trained
         assert trained == base, name
+
+
+def test_the_baseline_follows_the_profile_and_falls_back_to_the_declared_one():
+    assert ab.baseline_variant("dropout", "tinyshakespeare", "cpu") == "0.1"
+    assert ab.baseline_variant("dropout", "tinyshakespeare", "reference") == "0.0"
+    assert ab.baseline_variant("label_smoothing", "tinyshakespeare", "reference") == "0.0"
+    # Table 3's `base`, `P_drop=0.0` and `eps_ls=0.0` all equal a base without either: declared
+    assert ab.baseline_variant("table3", "tinyshakespeare", "reference") == "base"
+    # the factorial's cells all differ from the base (its schedule is warmup+cosine): declared
+    declared = ab.get_study("factorial").baseline_label("translation")
+    assert ab.baseline_variant("factorial", "cmn-eng", "reference") == declared
 
 
 def test_heads_keep_d_model_so_d_k_shrinks():
@@ -135,8 +149,9 @@ def test_profile_and_jobs_resolution_says_why():
     assert "auto" in why
     if not torch.cuda.is_available():
         assert profile == "smoke"
-    with pytest.raises(ValueError, match="not one of: auto, smoke, cpu, gpu"):
-        ab.resolve_profile("reference")  # a chapter 08 profile, not sized for studies
+    assert ab.resolve_profile("reference")[0] == "reference"
+    with pytest.raises(ValueError, match="not one of: auto, smoke, cpu, gpu, reference"):
+        ab.resolve_profile("probe")  # the probes' name for their records, not a profile
     assert ab.resolve_jobs(3, runs=2) == 2
     if not torch.cuda.is_available():
         assert ab.resolve_jobs("auto", runs=10) == 1
@@ -346,12 +361,12 @@ def test_table3_rows_keep_their_ratio_to_the_papers_base(profile):
 def test_table3_variants_are_the_one_factor_studies_runs_under_other_names():
     """The same training config gives the same run: a stored heads or depth study fills the
     table3 study's cells (and the reverse) without training them again."""
-    from annotated_transformer.ablation.runner import _training_part
+    from annotated_transformer.ablation.runner import training_part
     from annotated_transformer.experiments import run_key
 
     def keys(study):
         return {
-            run_key(_training_part(c)): c["variant"]
+            run_key(training_part(c)): c["variant"]
             for c in ab.run_configs(study, "multi30k", 1, "cpu")
         }
 
@@ -472,6 +487,8 @@ def test_a_smoke_study_writes_records_then_loads_them(tmp_path, monkeypatch):
         assert metrics["test_bleu_low"] <= metrics["test_bleu_high"]
         assert math.isfinite(metrics["test_loss"]) and metrics["decode"] == "greedy"
         assert record["history"] and record["provenance"]["seed"] == 0
+        # the precision the run computed in (the smoke profile's fp32), beside the device
+        assert record["provenance"]["precision"] == "fp32"
 
     def no_training(*args, **kwargs):
         raise AssertionError("a stored run was trained again")

@@ -250,3 +250,25 @@ def test_every_stored_study_gets_a_verdict_table_and_sentences():
         rows = ab.verdict_table(study.records, study.metric, study.higher_is_better)
         assert sum(row["verdict"] == "baseline" for row in rows) == 1, study.title
         assert ab.study_sentences(study, None)
+
+
+def test_plan_progress_counts_stored_runs_of_every_planned_study_by_their_training_config():
+    configs = ab.run_configs("residual", "tinyshakespeare", 3, "reference")
+    # Two runs stored, one of them under another study's name (a shared baseline counts).
+    records = [
+        {
+            "config": {**configs[0], "study": "heads", "variant": "8"},
+            "provenance": {"wall_time_s": 90},
+        },
+        {"config": configs[4], "provenance": {"wall_time_s": 150}},
+    ]
+    rows = {(row["task"], row["study"]): row for row in ab.plan_progress(records)}
+    assert set(rows) == {(task, study) for task, studies in ab.PLAN.items() for study in studies}
+    row = rows[("tinyshakespeare", "residual")]
+    assert (row["runs"], row["stored"], row["minutes"], row["s per run"]) == (6, 2, 4.0, 120)
+    assert row["status"] == "4 to run"
+    # the heads study's baseline is the same training config as the residual study's
+    assert rows[("tinyshakespeare", "heads")]["stored"] == 1
+    assert rows[("multi30k", "table3")]["stored"] == 0
+    done = [{"config": c, "provenance": {"wall_time_s": 60}} for c in configs]
+    assert ab.plan_progress(done)[3]["status"] == "done"

@@ -678,7 +678,7 @@ FIELD_CASES = [
         "label_smoothing=1.5 is not accepted: use a number in [0.0, 1.0)",
     ),
     ("train.schedule=nope", "schedule='nope' is not one of: constant, noam, warmup_cosine"),
-    ("train.precision=fp8", "precision='fp8' is not one of: fp32, bf16"),
+    ("train.precision=fp8", "precision='fp8' is not one of: fp32, bf16, auto"),
     ("train.betas=[2,0.9]", "betas=2 is not accepted"),
     ("train.betas=1", "betas=1 is not accepted: use two numbers in [0, 1)"),
     ("train.weight_decay=-1", "weight_decay=-1 is not accepted"),

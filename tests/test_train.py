@@ -67,7 +67,7 @@ def quiet_config(**overrides):
     [
         ("optimizer", "sgd", "optimizer='sgd' is not one of: adam, adamw"),
         ("schedule", "linear", "schedule='linear' is not one of: constant, noam, warmup_cosine"),
-        ("precision", "fp16", "precision='fp16' is not one of: fp32, bf16"),
+        ("precision", "fp16", "precision='fp16' is not one of: fp32, bf16, auto"),
         ("device", "tpu", "device='tpu' is not one of: auto, cpu, cuda"),
         ("accumulation", 0, "accumulation=0 is not accepted: use a positive integer"),
         ("max_steps", 2.5, "max_steps=2.5 is not accepted"),
@@ -382,6 +382,27 @@ def test_bf16_autocast_trains_on_cpu():
     trainer = Trainer(tiny_model(), quiet_config(max_steps=2, precision="bf16"), RandomSource())
     history = trainer.fit()
     assert all(math.isfinite(row["train_loss"]) for row in history)
+
+
+def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively(tmp_path, monkeypatch):
+    import annotated_transformer.train as train_module
+
+    xeon, epyc = tmp_path / "xeon", tmp_path / "epyc"
+    xeon.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    epyc.write_text("processor : 0\nflags : fpu avx2 fma\n")
+    assert "avx512_bf16" in train_module.cpu_flags(str(xeon))
+    assert train_module.cpu_flags(str(tmp_path / "missing")) == set()
+    read = train_module.cpu_flags
+    for path, expected in ((xeon, "bf16"), (epyc, "fp32")):
+        monkeypatch.setattr(train_module, "cpu_flags", lambda path=path: read(str(path)))
+        assert train_module.resolve_precision("cpu", "auto") == expected
+        # an explicit choice is kept whatever the CPU
+        assert train_module.resolve_precision("cpu", "fp32") == "fp32"
+        assert train_module.resolve_precision("cpu", "bf16") == "bf16"
+    with pytest.raises(ValueError, match="fp32, bf16, auto"):
+        train_module.resolve_precision("cpu", "fp16")
+    trainer = Trainer(tiny_model(), quiet_config(max_steps=2, precision="auto"), RandomSource())
+    assert all(math.isfinite(row["train_loss"]) for row in trainer.fit())
 
 
 def test_compile_wraps_the_model_only_when_asked(monkeypatch):

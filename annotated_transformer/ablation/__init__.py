@@ -51,6 +51,7 @@ from .configs import (  # noqa: F401
     PROFILES,
     TASK_OPTIONS,
     accepted_fields,
+    baseline_variant,
     build_configs,
     parse_overrides,
     parse_seeds,
@@ -89,6 +90,7 @@ from .statistics import (  # noqa: F401
     welch_test,
 )
 from .studies import (  # noqa: F401
+    PLAN,
     PROFILE_CHOICES,
     RUNNER_FIELDS,
     SECTIONS,
@@ -128,6 +130,8 @@ from .verdicts import (  # noqa: F401
     factor_effects,
     measures_nothing,
     overview,
+    plan_progress,
+    probe_table,
     stored_studies,
     study_sentences,
     trivial_baseline,

@@ -136,6 +136,41 @@ def _finish(sections: dict[str, dict[str, Any]], kind: str) -> None:
         train["noam_factor"] = train["lr"] * math.sqrt(model["d_model"] * train["warmup"])
 
 
+def _sections(
+    kind: str, settings: dict[str, Any], *overrides: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The base, then the profile's size, then each of ``overrides`` in turn, resolved."""
+    sections = {
+        "model": {
+            "arch": "encoder-decoder" if kind == "translation" else "decoder-only",
+            **BASE["model"],
+            **settings["model"],
+        },
+        "train": {**BASE["train"], **settings["train"]},
+        "data": dict(settings["data"]),
+        "evaluation": {"decode": "greedy", **settings["evaluation"]},
+    }
+    for chosen in overrides:
+        _apply(sections, chosen)
+    _finish(sections, kind)
+    return sections
+
+
+def baseline_variant(study: str, task: str, profile: str) -> str:
+    """The label of the study's baseline under ``profile``: the one variant that trains the
+    profile's own base model (the heads study's ``8`` where the base has 8 heads; the dropout
+    study's ``0.0`` under a profile without dropout), else the study's declared baseline (when
+    no variant, or several, equal the base: Table 3's ``base`` and ``P_drop=0.0`` both do under
+    a profile without dropout)."""
+    chosen, kind = get_study(study), task_kind(task)
+    settings = run_size(profile, task, "ablation")
+    base = _sections(kind, settings)
+    equal = [
+        v.label for v in chosen.variants(kind) if _sections(kind, settings, v.overrides) == base
+    ]
+    return equal[0] if len(equal) == 1 else chosen.baseline_label(kind)
+
+
 def run_configs(
     study: str,
     task: str,
@@ -145,7 +180,8 @@ def run_configs(
 ) -> list[dict[str, Any]]:
     """One config per (variant, seed), JSON-safe and complete: what :func:`train_run` trains.
 
-    Order: base, then the profile, then the variant's levels, then the user's overrides.
+    Order: base, then the profile, then the variant's levels, then the user's overrides. The
+    baseline is :func:`baseline_variant`'s.
     """
     chosen = get_study(study)
     kind = task_kind(task)
@@ -153,21 +189,10 @@ def run_configs(
         raise ValueError(f"profile={profile!r} is not one of: {', '.join(PROFILES)}")
     user = parse_overrides(overrides, kind)
     settings = run_size(profile, task, "ablation")
+    baseline = baseline_variant(study, task, profile)
     configs = []
     for variant in chosen.variants(kind):
-        sections = {
-            "model": {
-                "arch": "encoder-decoder" if kind == "translation" else "decoder-only",
-                **BASE["model"],
-                **settings["model"],
-            },
-            "train": {**BASE["train"], **settings["train"]},
-            "data": dict(settings["data"]),
-            "evaluation": {"decode": "greedy", **settings["evaluation"]},
-        }
-        _apply(sections, variant.overrides)
-        _apply(sections, user)
-        _finish(sections, kind)
+        sections = _sections(kind, settings, variant.overrides, user)
         check_evaluation(sections["evaluation"])
         check_options(task, sections["data"])
         # Validate now, with stand-ins for what the tokenizer decides: a bad value fails before
@@ -181,7 +206,7 @@ def run_configs(
                     "study": chosen.name,
                     "variant": variant.label,
                     "factors": dict(variant.factors),
-                    "baseline": variant.label == chosen.baseline_label(kind),
+                    "baseline": variant.label == baseline,
                     "task": task,
                     "profile": profile,
                     "seed": seed,

@@ -47,7 +47,7 @@ def default_store(profile: str, root: str | os.PathLike = "results") -> ResultsS
     return ResultsStore(root / "smoke" / "ablation" if profile == "smoke" else root / "ablation")
 
 
-def _training_part(config: dict[str, Any]) -> dict[str, Any]:
+def training_part(config: dict[str, Any]) -> dict[str, Any]:
     # What decides the numbers; the study and variant names only say why a run was made.
     return {
         key: value
@@ -97,13 +97,13 @@ def run_study(
     started = time.perf_counter()
     records: dict[str, dict[str, Any]] = {}
     missing = []
-    shared = {} if rerun else {run_key(_training_part(r["config"])): r for r in store.records()}
+    shared = {} if rerun else {run_key(training_part(r["config"])): r for r in store.records()}
     for config in configs:
         key = run_key(config)
         if store.exists(key) and not rerun:
             records[key] = store.load(key)
             continue
-        twin = shared.get(run_key(_training_part(config)))
+        twin = shared.get(run_key(training_part(config)))
         if twin is not None:  # the same run, stored under another study's name
             store.save(key, {**{k: twin[k] for k in twin if k != "key"}, "config": config})
             records[key] = store.load(key)

@@ -22,7 +22,7 @@ from ..experiments import canonical_json
 from ..fit import fit_task
 from ..model import count_parameters
 from ..tasks import build_task
-from ..train import evaluate
+from ..train import evaluate, resolve_precision
 from .configs import build_configs, task_fields
 from .studies import task_kind
 
@@ -127,7 +127,12 @@ def train_run(config: dict[str, Any], device: str = "auto") -> dict[str, Any]:
     metrics: dict[str, Any] = {"parameters": count_parameters(fit.model)}
     if fit.diverged is not None:
         metrics.update({"diverged": True, "diverged_at": fit.diverged.step})
-        return {"metrics": metrics, "history": fit.history, "device": fit.device}
+        return {
+            "metrics": metrics,
+            "history": fit.history,
+            "device": fit.device,
+            "precision": resolve_precision(fit.device, train_config.precision),
+        }
     model, evaluation = fit.model, config["evaluation"]
     samples: dict[str, Any] = {}
     if kind == "translation":
@@ -173,4 +178,10 @@ def train_run(config: dict[str, Any], device: str = "auto") -> dict[str, Any]:
                 f"{split}_tokens": result["tokens"],
             }
         )
-    return {"metrics": metrics, "history": fit.history, "samples": samples, "device": fit.device}
+    return {
+        "metrics": metrics,
+        "history": fit.history,
+        "samples": samples,
+        "device": fit.device,
+        "precision": resolve_precision(fit.device, train_config.precision),
+    }

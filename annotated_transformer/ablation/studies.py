@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TASKS = {"multi30k": "translation", "cmn-eng": "translation", "tinyshakespeare": "language-model"}
-PROFILE_CHOICES = ("smoke", "cpu", "gpu")
+PROFILE_CHOICES = ("smoke", "cpu", "reference", "gpu")
 SECTIONS = ("model", "train", "data", "evaluation")
 # Set by the runner for every run, never by a study or a user override.
 RUNNER_FIELDS = ("seed", "device", "progress", "checkpoint_dir")
@@ -314,6 +314,25 @@ STUDIES: dict[str, Study] = {
             vaswani_rows="A, B, C, D, E",
         ),
     ]
+}
+
+
+# The studies of the course's reference set (issue 14), by task, in the order they are run:
+# scripts/ablation_plan.py trains what is missing of them under the `reference` profile, and
+# chapter 09 counts how many are stored.
+PLAN: dict[str, tuple[str, ...]] = {
+    "tinyshakespeare": (
+        "heads",
+        "positional",
+        "norm_and_position",
+        "residual",
+        "schedule",
+        "depth",
+        "width",
+        "dropout",
+    ),
+    "multi30k": ("architecture", "label_smoothing", "heads", "positional", "table3"),
+    "cmn-eng": ("factorial",),
 }
 
 

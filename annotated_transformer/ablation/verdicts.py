@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 from typing import Any
 
+from ..experiments import run_key
 from ..task_options import canonical_task
+from .configs import run_configs
+from .runner import training_part
 from .statistics import default_metric, holm, judge, rank, summarize, variant_values
-from .studies import STUDIES, TASKS, task_kind
+from .studies import PLAN, STUDIES, TASKS, task_kind
 
 # The newest and largest profiles first: a study stored at several sizes is read at its largest.
 PROFILE_ORDER = ("reference", "gpu", "cpu")
@@ -340,6 +343,69 @@ def overview(
                     False: "above it",
                 }[nothing],
                 "beyond noise": sum(row["verdict"] in ("better", "worse") for row in table),
+                "minutes": _minutes(study.records),
+            }
+        )
+    return rows
+
+
+def _minutes(records: Iterable[dict[str, Any]]) -> float:
+    """The wall time of ``records``' runs in minutes (a shared baseline counts in each study)."""
+    return round(sum(r["provenance"]["wall_time_s"] for r in records) / 60, 1)
+
+
+def plan_progress(
+    records: Iterable[dict[str, Any]], profile: str = "reference", seeds: int = 3
+) -> list[dict[str, Any]]:
+    """One row per study of :data:`PLAN`: the runs it needs at ``profile`` with ``seeds`` seeds,
+    how many are stored among ``records`` (a results store's), their wall time in minutes (in
+    total and per run) and what is left."""
+
+    stored = {run_key(training_part(r["config"])): r for r in records}
+    rows = []
+    for task, studies in PLAN.items():
+        for study in studies:
+            wanted = [run_key(training_part(c)) for c in run_configs(study, task, seeds, profile)]
+            found = [stored[key] for key in wanted if key in stored]
+            minutes = _minutes(found)
+            rows.append(
+                {
+                    "task": task,
+                    "study": study,
+                    "runs": len(wanted),
+                    "stored": len(found),
+                    "minutes": minutes,
+                    "s per run": round(60 * minutes / len(found)) if found else None,
+                    "status": "done"
+                    if len(found) == len(wanted)
+                    else f"{len(wanted) - len(found)} to run",
+                }
+            )
+    return rows
+
+
+def probe_table(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The probes that sized the ``reference`` profile (``scripts/ablation_probes.py``), oldest
+    first: each candidate's task, what it trained, its headline metric and wall time."""
+    rows = []
+    for record in sorted(records, key=lambda r: r["provenance"]["date"]):
+        config, metrics = record["config"], record["metrics"]
+        metric = default_metric(config["task"])[0]
+        model, train = config["model"], config["train"]
+        rows.append(
+            {
+                "task": config["task"],
+                "candidate": config["variant"],
+                "seed": config["seed"],
+                "model": f"{model['n_layers']} x {model['d_model']}, {model['positional']}, "
+                f"{model.get('activation', 'relu')}, dropout {model['dropout']}",
+                "updates": train["max_steps"],
+                "label smoothing": train["label_smoothing"],
+                "precision": train.get("precision", "fp32"),
+                "metric": metric,
+                "value": metrics.get(metric),
+                "wall s": round(record["provenance"]["wall_time_s"]),
+                "device": record["provenance"]["device"],
             }
         )
     return rows

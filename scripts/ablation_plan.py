@@ -1,0 +1,66 @@
+"""Train what is missing of the course's reference ablation studies (``ablation.PLAN``), one
+study after another, and write each study's summary tables as it finishes.
+
+    python scripts/ablation_plan.py                      # every task of the plan, in order
+    python scripts/ablation_plan.py tinyshakespeare      # one task's studies
+    python scripts/ablation_plan.py multi30k --studies heads,positional
+
+Each run is saved as it ends (``results/ablation/``), so the script may be stopped at any time
+and started again: stored runs are loaded, not trained. It trains exactly what
+``papermill chapters/09_ablation.ipynb out.ipynb -p study S -p task T -p profile reference``
+trains, one run at a time (two threads: on 2 cores, one training at a time is fastest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from annotated_transformer import ablation as ab
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: int) -> None:
+    store = ab.default_store(profile, ROOT / "results")
+    for task in tasks:
+        metric, higher_is_better = ab.default_metric(task)
+        for study in studies or ab.PLAN[task]:
+            started = time.perf_counter()
+            records = ab.run_study(study, task, seeds, profile, jobs=1, store=store)
+            paths = ab.save_tables(records, store, metric, higher_is_better)
+            trained = sum(r["provenance"]["wall_time_s"] for r in records)
+            print(
+                f"{task} {study}: {len(records)} runs, {trained / 60:.1f} min of training in "
+                f"its records, {(time.perf_counter() - started) / 60:.1f} min now; "
+                f"{paths['json'].relative_to(ROOT)}",
+                flush=True,
+            )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tasks", nargs="*", help=f"of {', '.join(ab.PLAN)} (default: all)")
+    parser.add_argument("--studies", help="studies separated by commas (default: the plan's)")
+    parser.add_argument("--profile", default="reference")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args(argv)
+    tasks = args.tasks or list(ab.PLAN)
+    for name in tasks:
+        if name not in ab.PLAN:
+            parser.error(f"unknown task {name!r}; the plan's tasks: {', '.join(ab.PLAN)}")
+    studies = args.studies.split(",") if args.studies else None
+    for name in studies or []:
+        if name not in ab.study_names():
+            parser.error(f"unknown study {name!r}; the studies: {', '.join(ab.study_names())}")
+    torch.set_num_threads(2)
+    run_plan(tasks, studies, args.profile, args.seeds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
