@@ -42,6 +42,7 @@ from .data.text import LanguageModelCorpus, load_language_model_corpus, sample_w
 from .experiments import ResultsStore, run_key, run_or_load
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
+from .profiles import EXTRAPOLATION
 
 # "none" first, then the two that change the embeddings, then the three inside attention.
 ENCODINGS = ("none", "sinusoidal", "learned", "relative", "rope", "alibi")
@@ -94,16 +95,8 @@ class ExtrapolationConfig:
             raise ValueError(f"encodings {unknown} are not among: {', '.join(ENCODINGS)}")
 
 
-PROFILES = {
-    # The chapter's live run: 150 updates, read on the first 8k validation characters, seconds
-    # per model. It proves the pipeline and shows the check on models stopped early.
-    "smoke": ExtrapolationConfig(eval_characters=8192, check_characters=8192),
-    # The stored run (scripts/extrapolation.py): sized for the in-window change to settle, with
-    # the rate decayed to min_lr (the run checks that it did); read on the whole validation text.
-    "cpu": ExtrapolationConfig(
-        steps=5000, batch_size=32, warmup=100, check_every=500, eval_characters=None
-    ),
-}
+# The sizes live with every other run size, in profiles.EXTRAPOLATION.
+PROFILES = {name: ExtrapolationConfig(**sizes) for name, sizes in EXTRAPOLATION.items()}
 
 
 def model_config(

@@ -318,6 +318,22 @@ ABLATION: dict[str, dict[str, RunSize]] = {
         {"precision": "auto", "eval_batches": None, "log_every": 50},
     ),
 }
+# Chapter 03's length-extrapolation experiment (extrapolation.ExtrapolationConfig fields over its
+# defaults: 2 x 64 character models at context 64, one per positional encoding).
+EXTRAPOLATION: dict[str, dict[str, Any]] = {
+    # The chapter's live run: 150 updates, read on the first 8k validation characters, seconds
+    # per model. It proves the pipeline and shows the check on models stopped early.
+    "smoke": {"eval_characters": 8192, "check_characters": 8192},
+    # The stored run (scripts/extrapolation.py): sized for the in-window change to settle, with
+    # the rate decayed to min_lr (the run checks that it did); read on the whole validation text.
+    "cpu": {
+        "steps": 5000,
+        "batch_size": 32,
+        "warmup": 100,
+        "check_every": 500,
+        "eval_characters": None,
+    },
+}
 FAMILIES = {"training": TRAINING, "ablation": ABLATION}
 
 

@@ -272,3 +272,23 @@ def test_plan_progress_counts_stored_runs_of_every_planned_study_by_their_traini
     assert rows[("multi30k", "table3")]["stored"] == 0
     done = [{"config": c, "provenance": {"wall_time_s": 60}} for c in configs]
     assert ab.plan_progress(done)[3]["status"] == "done"
+
+
+def test_seed_spread_reads_the_shared_baseline_and_the_difference_three_seeds_resolve():
+    configs = ab.run_configs("residual", "tinyshakespeare", 3, "reference")
+    values = {0: 1.70, 1: 1.72, 2: 1.71}
+    records = [
+        {"config": c, "metrics": {"valid_loss": values[c["seed"]] if c["baseline"] else 2.5}}
+        for c in configs
+    ]
+    study = ab.StoredStudy("tinyshakespeare", "residual", "reference", tuple(records))
+    (row,) = ab.seed_spread([study, study])  # one baseline, however many studies share it
+    assert row["seeds"] == 3 and math.isclose(row["mean"], 1.71)
+    assert math.isclose(row["std"], statistics.stdev(values.values()))
+    expected = stats.t.ppf(0.975, 4) * row["std"] * math.sqrt(2 / 3)
+    assert math.isclose(row["resolvable difference"], expected, rel_tol=1e-6)
+    # the same difference is what Welch's interval of two such 3-seed variants spans
+    low, high = stats.ttest_ind(
+        [1.0, 1.02, 1.01], [1.0, 1.02, 1.01], equal_var=False
+    ).confidence_interval()
+    assert math.isclose(high, expected, rel_tol=1e-6)

@@ -132,6 +132,7 @@ from .verdicts import (  # noqa: F401
     overview,
     plan_progress,
     probe_table,
+    seed_spread,
     stored_studies,
     study_sentences,
     trivial_baseline,

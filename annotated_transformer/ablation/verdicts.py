@@ -16,6 +16,7 @@ from statistics import mean, stdev
 from typing import Any
 
 from ..experiments import run_key
+from ..metrics import t_quantile
 from ..task_options import canonical_task
 from .configs import run_configs
 from .runner import training_part
@@ -381,6 +382,38 @@ def plan_progress(
                     else f"{len(wanted) - len(found)} to run",
                 }
             )
+    return rows
+
+
+def seed_spread(studies: Sequence[StoredStudy], seeds: int = 3) -> list[dict[str, Any]]:
+    """Per task and profile, the seed-to-seed spread of the studies' shared baseline (the
+    baseline configuration that most seeds trained, each seed once) and the smallest difference
+    between two variants of ``seeds`` seeds each that a 95 % interval can resolve at that spread:
+    ``t(0.975, 2 (seeds - 1)) * std * sqrt(2 / seeds)``. An effect smaller than that is noise at
+    this size, whatever a study calls it."""
+    groups: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    for study in studies:
+        for record in study.records:
+            config = record["config"]
+            if not config.get("baseline") or study.metric not in record["metrics"]:
+                continue
+            training = {k: v for k, v in training_part(config).items() if k != "seed"}
+            by_seed = groups.setdefault((study.task, study.profile), {}).setdefault(
+                run_key(training), {}
+            )
+            by_seed[config["seed"]] = record["metrics"][study.metric]
+    rows = []
+    for (task, profile), configs in groups.items():
+        values = list(max(configs.values(), key=len).values())
+        row: dict[str, Any] = {"task": task, "profile": profile, "seeds": len(values)}
+        row["mean"] = mean(values)
+        if len(values) > 1:
+            spread = stdev(values)
+            row["std"] = spread
+            row["resolvable difference"] = (
+                t_quantile(0.975, 2 * (seeds - 1)) * spread * math.sqrt(2 / seeds)
+            )
+        rows.append(row)
     return rows
 
 
