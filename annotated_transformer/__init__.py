@@ -33,10 +33,12 @@ Each module holds what one chapter teaches::
     ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
     attention_maps.py  10  trained models' attention as stored maps, head measures, bertviz
     cost.py        11  FLOPs and memory of attention and of whole models, in closed form
+    diagrams.py    01-12  the book's diagrams, drawn with matplotlib (the ``book`` extra)
 
 The modules of chapters 08-11, and extrapolation.py, are imported by name
 (``from annotated_transformer import cost``); the names below are the building blocks every
-chapter uses.
+chapter uses. ``at.diagrams`` is imported on first use, so that the package runs without
+matplotlib.
 """
 
 from .attention import (
@@ -89,6 +91,18 @@ from .train import TrainingDiverged, evaluate, seed_everything
 from .trainer import Trainer
 
 __version__ = "0.1.0"
+
+_LAZY_MODULES = ("diagrams",)  # need an optional extra: imported when first used
+
+
+def __getattr__(name: str) -> object:
+    """``at.diagrams``: the module, imported on first use (PEP 562)."""
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "OPTIMIZER_CHOICES",
