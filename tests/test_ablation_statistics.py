@@ -65,7 +65,17 @@ def _stored_studies():
         record = json.loads(path.read_text())
         config = record["config"]
         groups.setdefault((config["task"], config["study"], config["profile"]), []).append(record)
-    return groups
+    # A study still under way (its baseline not trained yet, a variant with one seed) is read
+    # once it has the runs these comparisons need.
+    return {key: records for key, records in groups.items() if _comparable(records)}
+
+
+def _comparable(records):
+    runs = {}
+    for record in records:
+        runs.setdefault(record["config"]["variant"], []).append(record)
+    has_baseline = any(record["config"]["baseline"] for record in records)
+    return has_baseline and len(runs) > 1 and all(len(found) >= 2 for found in runs.values())
 
 
 STUDIES = _stored_studies()

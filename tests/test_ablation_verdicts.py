@@ -39,6 +39,7 @@ def record(study, variant, seed, value, *, task="tinyshakespeare", profile="cpu"
             "device": "CPU",
             "git_commit": "0" * 40,
             "date": config.pop("date", "2026-01-01T00:00:00"),
+            "wall_time_s": 60.0,
         },
     }
 
