@@ -60,7 +60,8 @@ class StoredStudy:
 
 def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
     """``records`` (a results store's) grouped by task (the name users type, an old record's
-    ``shakespeare`` included), study and profile, smoke runs left out; the newest record of each
+    ``shakespeare`` included), study and profile, smoke runs left out, and a study whose baseline
+    has no run yet left out too (:func:`plan_progress` counts it); the newest record of each
     (variant, seed) kept. Ordered by :data:`PROFILE_ORDER` (other
     profiles after it, by name), then by task, then in the order of :data:`STUDIES`."""
     groups: dict[tuple[str, str, str], dict[tuple[str, int], dict[str, Any]]] = {}
@@ -78,6 +79,8 @@ def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
 
     studies = []
     for (task, study, profile), runs in groups.items():
+        if not any(record["config"].get("baseline") for record in runs.values()):
+            continue  # under way, its baseline not trained yet: nothing to compare with
         order = variant_order(task, study)
         place = {label: index for index, label in enumerate(order)}
         ordered = sorted(
