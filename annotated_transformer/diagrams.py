@@ -130,6 +130,18 @@ def _frame(ax: Axes, left: float, bottom: float, width: float, height: float) ->
     )
 
 
+def _legend_below(owner: Figure | Axes, handles: list[Patch], columns: int) -> None:
+    """A frameless legend of ``handles`` centred under ``owner`` (a figure or one axes)."""
+    owner.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncols=columns,
+        fontsize=SMALL,
+        frameon=False,
+    )
+
+
 def _stack_frame(
     ax: Axes, x: float, bottom: float, top: float, width: float, label_left: bool
 ) -> None:
@@ -268,16 +280,13 @@ def masks(words: Sequence[str] = DEFAULT_WORDS, pad: str = "<pad>") -> Figure:
     middle = (bottom + size / 2) / height
     for x, symbol in [(3.25, "AND"), (5.85, "=")]:
         fig.text(x / width, middle, symbol, ha="center", va="center", fontsize=TITLE, color=INK)
-    fig.legend(
-        handles=[
+    _legend_below(
+        fig,
+        [
             Patch(facecolor=BLUE, label="may attend (True)"),
             Patch(facecolor=GREY, edgecolor="#8C8C8C", label="blocked (False)"),
         ],
-        loc="lower center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncols=2,
-        fontsize=SMALL,
-        frameon=False,
+        columns=2,
     )
     return fig
 
@@ -531,8 +540,9 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
                 va="center",
                 fontsize=SMALL,
             )
-    ax.legend(
-        handles=[
+    _legend_below(
+        ax,
+        [
             Patch(facecolor=new, edgecolor=EDGE, label="computed for the new token"),
             Patch(facecolor=cached, edgecolor=EDGE, label="read from the cache"),
             Patch(
@@ -544,10 +554,6 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
             Patch(facecolor=GREY, edgecolor=EDGE, label="blocked by the causal mask"),
             Patch(facecolor="white", edgecolor="#8C8C8C", linestyle=":", label="never needed"),
         ],
-        loc="lower center",
-        bbox_to_anchor=(0.5, 0.0),
-        ncols=3,
-        fontsize=SMALL,
-        frameon=False,
+        columns=3,
     )
     return fig
