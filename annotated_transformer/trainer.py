@@ -26,6 +26,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from .run_lock import RunLock, check_run_directory
 from .run_state import rng_state, set_rng_state, write_history
 from .train import (
     EVALUATION_METRICS,
+    NATIVE_BF16_CPU_FLAGS,
     DataSource,
     TrainingDiverged,
     accumulate_gradients,
@@ -59,6 +61,7 @@ from .train import (
     evaluate,
     evaluation_batches,
     iterate_epochs,
+    native_bf16,
     read_losses,
     seed_everything,
     tokenizer_state,
@@ -179,6 +182,14 @@ class Trainer:
             self.optimizer, config.schedule, **config.schedule_arguments(model.config.d_model)
         )
         self.autocast = autocast_factory(self.device, config.precision)
+        if config.precision == "bf16" and not native_bf16(self.device):
+            warnings.warn(
+                f"precision='bf16' on a device without native bfloat16 ({self.device.type}; a CPU "
+                f"needs {' or '.join(NATIVE_BF16_CPU_FLAGS)}): autocast emulates it and can run "
+                "many times slower than fp32 (10x measured on an AMD EPYC). precision='auto' "
+                "picks bf16 only where the device has it.",
+                stacklevel=2,
+            )
         self.module = self._wrap(self.model)  # what the training forward pass calls
         self.early_stopping = EarlyStopping(
             config.early_stopping_metric, config.early_stopping_patience, config.early_stopping_mode

@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import pytest
 import torch
@@ -399,6 +400,15 @@ def test_auto_precision_is_bf16_only_where_the_device_computes_it_natively(tmp_p
         # an explicit choice is kept whatever the CPU
         assert train_module.resolve_precision("cpu", "fp32") == "fp32"
         assert train_module.resolve_precision("cpu", "bf16") == "bf16"
+        # an explicit bf16 where it is emulated is trained, with a warning that says so
+        config = quiet_config(max_steps=1, precision="bf16")
+        if expected == "fp32":
+            with pytest.warns(UserWarning, match="without native bfloat16.*precision='auto'"):
+                Trainer(tiny_model(), config, RandomSource())
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                Trainer(tiny_model(), config, RandomSource())
     with pytest.raises(ValueError, match="fp32, bf16, auto"):
         train_module.resolve_precision("cpu", "fp16")
     trainer = Trainer(tiny_model(), quiet_config(max_steps=2, precision="auto"), RandomSource())
