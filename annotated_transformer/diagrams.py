@@ -130,6 +130,30 @@ def _frame(ax: Axes, left: float, bottom: float, width: float, height: float) ->
     )
 
 
+def _cell(
+    ax: Axes,
+    x: float,
+    y: float,
+    size: float,
+    colour: str | tuple[float, float, float],
+    hatch: str | None = None,
+    style: str = "-",
+) -> None:
+    """One square cell of a grid at ``(x, y)``; a dotted one (``style=":"``) gets a grey edge."""
+    ax.add_patch(
+        Rectangle(
+            (x, y),
+            size,
+            size,
+            facecolor=colour,
+            edgecolor="#8C8C8C" if style == ":" else EDGE,
+            linestyle=style,
+            linewidth=0.8,
+            hatch=hatch,
+        )
+    )
+
+
 def _legend_below(owner: Figure | Axes, handles: list[Patch], columns: int) -> None:
     """A frameless legend of ``handles`` centred under ``owner`` (a figure or one axes)."""
     owner.legend(
@@ -483,17 +507,7 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
                 for key in range(step):
                     colour = new if key == step - 1 else cached if with_cache else recomputed
                     hatch = "///" if colour == recomputed else None
-                    ax.add_patch(
-                        Rectangle(
-                            (left + key * cell, y),
-                            cell,
-                            cell,
-                            facecolor=colour,
-                            edgecolor=EDGE,
-                            linewidth=0.8,
-                            hatch=hatch,
-                        )
-                    )
+                    _cell(ax, left + key * cell, y, cell, colour, hatch)
             if with_cache:
                 x = left + (step - 0.5) * cell
                 ax.text(x, strip + 0.03, "new", ha="center", va="bottom", fontsize=SMALL)
@@ -511,18 +525,7 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
                         colour, hatch, style = new, None, "-"
                     else:
                         colour, hatch, style = recomputed, "///", "-"
-                    ax.add_patch(
-                        Rectangle(
-                            (left + key * cell, y),
-                            cell,
-                            cell,
-                            facecolor=colour,
-                            edgecolor="#8C8C8C" if style == ":" else EDGE,
-                            linestyle=style,
-                            linewidth=0.8,
-                            hatch=hatch,
-                        )
-                    )
+                    _cell(ax, left + key * cell, y, cell, colour, hatch, style)
             ax.text(
                 left - 0.1,
                 grid_top - (step - 0.5) * cell,

@@ -364,7 +364,6 @@ def plan_progress(
     """One row per study of :data:`PLAN`: the runs it needs at ``profile`` with ``seeds`` seeds,
     how many are stored among ``records`` (a results store's), their wall time in minutes (in
     total and per run) and what is left."""
-
     stored = {run_key(training_part(r["config"])): r for r in records}
     rows = []
     for task, studies in PLAN.items():
