@@ -847,7 +847,7 @@ def test_chapter_09s_seed_lists_are_checked(seeds, message):
     [
         (" , ", "smoke", "names no task"),
         ("copy,wmt", "cpu", "task='wmt' is not one of"),
-        ("cmn-eng", "reference", "task='cmn-eng' has no training size under profile 'reference'"),
+        ("copy", "reference", "task='copy' has no training size under profile 'reference'"),
         ("copy", "fast", "profile='fast' is not one of"),
     ],
 )
