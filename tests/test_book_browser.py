@@ -142,6 +142,7 @@ IMAGES = """async () => {
         width: image.naturalWidth,
         height: image.naturalHeight,
         shown: [image.getBoundingClientRect().width, image.getBoundingClientRect().height],
+        diagram: image.closest('.tag_diagram') !== null,
     }));
 }"""
 
@@ -324,6 +325,27 @@ def test_page_images_keep_their_proportions(reports, path, width):
             if abs(ratio - 1) > 0.03:
                 squeezed.append(f"{short(image['src'])}: shown at {ratio:.2f} of its proportions")
     assert not squeezed, f"{path} at {width} px squeezes images:\n" + "\n".join(squeezed)
+
+
+# book.css: a diagram keeps this width on a phone (and scrolls sideways in its output box)
+DIAGRAM_MIN_WIDTH = 600
+DIAGRAM_CHAPTERS = ("01_attention", "02_masking", "04_norms_and_residuals", "05_the_full_model",
+                    "12_decoding")  # fmt: skip
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_diagrams_stay_legible(reports, width):
+    """The block diagrams (cells tagged `diagram`) are not shrunk to a phone's column, where their
+    labels would be a few pixels high; on the desktop they fit the column."""
+    for chapter in DIAGRAM_CHAPTERS:
+        path = f"chapters/{chapter}.html"
+        diagrams = [image for image in reports(path, width).images if image["diagram"]]
+        assert diagrams, f"{path}: no image in a cell tagged `diagram`"
+        for image in diagrams:
+            shown_width = image["shown"][0]
+            assert shown_width >= min(DIAGRAM_MIN_WIDTH, image["width"] / 2), (
+                f"{path} at {width} px shows a diagram {shown_width:.0f} px wide"
+            )
 
 
 @pytest.mark.parametrize("path", PAGES)

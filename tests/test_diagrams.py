@@ -183,4 +183,5 @@ def test_each_diagram_is_shown_in_its_chapter(name):
     shown = [cell for cell in cells if f"at.diagrams.{name}()" in "".join(cell["source"])]
     assert len(shown) == 1, f"{chapter.name} does not call at.diagrams.{name}() once"
     assert shown[0]["cell_type"] == "code"
-    assert set(shown[0]["metadata"].get("tags", [])) >= {"hide-input", "boilerplate"}
+    # folded code; `diagram`: book.css keeps the figure legible on a phone (tests/test_book_browser.py)
+    assert set(shown[0]["metadata"].get("tags", [])) >= {"hide-input", "boilerplate", "diagram"}
