@@ -8,13 +8,13 @@ within each repeat (after a warm-up) and reporting medians. ``ratio > 1`` means 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils import benchmark
 
 import annotated_transformer as at
 from annotated_transformer.cost import training_flops_per_token
@@ -56,8 +56,18 @@ def training_step(model: nn.Module, inputs: tuple[Tensor, ...], targets: Tensor,
 def time_alternating(
     runs: dict[str, Callable[[], None]], warmup: int, repeats: int, device: torch.device
 ) -> dict[str, float]:
-    """Median seconds per call of each run, alternating them (order flipped every repeat)."""
+    """Median seconds per call of each run, alternating them (order flipped every repeat).
+
+    Each call is timed by ``torch.utils.benchmark.Timer`` (which waits for the GPU where there is
+    one), at the thread count the suite set; the alternation stays ours: drift of the machine
+    (clocks, other work) then slows both sides of a row alike.
+    """
     names = list(runs)
+    threads = torch.get_num_threads()  # Timer's own default is one thread
+    timers = {
+        name: benchmark.Timer(stmt="run()", globals={"run": run}, num_threads=threads)
+        for name, run in runs.items()
+    }
     for _ in range(warmup):
         for name in names:
             runs[name]()
@@ -66,10 +76,7 @@ def time_alternating(
     for repeat in range(repeats):
         for name in names if repeat % 2 == 0 else names[::-1]:
             synchronize(device)
-            start = time.perf_counter()
-            runs[name]()
-            synchronize(device)
-            seconds[name].append(time.perf_counter() - start)
+            seconds[name].append(timers[name].timeit(1).mean)
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 

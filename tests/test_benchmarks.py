@@ -109,3 +109,22 @@ def test_set_sdpa_switches_every_attention_of_our_model():
     assert not any(attention.use_sdpa for attention in attentions)
     measure.set_sdpa(model, True)
     assert all(attention.use_sdpa for attention in attentions)
+
+
+def test_the_alternating_timer_measures_each_call_and_keeps_the_thread_count():
+    """time_alternating (torch.utils.benchmark.Timer inside our alternation) gives each run's own
+    duration: a call that sleeps 6 ms is timed at no less than that, and above one that sleeps
+    2 ms; the suite's thread count is the one in force during the calls (Timer's default is 1)."""
+    measure = suite_module("measure")
+    import time
+
+    seen = []
+    runs = {
+        "short": lambda: time.sleep(0.002),
+        "long": lambda: (seen.append(torch.get_num_threads()), time.sleep(0.006)),
+    }
+    before = torch.get_num_threads()
+    seconds = measure.time_alternating(runs, warmup=1, repeats=4, device=torch.device("cpu"))
+    assert 0.002 <= seconds["short"] < seconds["long"]
+    assert seconds["long"] >= 0.006
+    assert set(seen) == {before} and torch.get_num_threads() == before
