@@ -5,6 +5,7 @@ all), stored in ``results/ablation/probes/`` with provenance so the choice can b
     python scripts/ablation_probes.py tinyshakespeare            # every candidate of the task
     python scripts/ablation_probes.py multi30k NAME [NAME ...]    # the named candidates only
     python scripts/ablation_probes.py multi30k NAME --seeds 0,1,2 # the seed-to-seed spread
+    python scripts/ablation_probes.py cmn-eng                     # the factorial's task
 
 A candidate is the ``cpu`` ablation profile with overrides (``section.field``: value). The
 issue's bar for a study's baseline: Tiny Shakespeare validation loss <= 1.75, Multi30k test BLEU
@@ -22,6 +23,7 @@ import torch
 
 from annotated_transformer import ablation as ab
 from annotated_transformer.experiments import ResultsStore, run_or_load
+from annotated_transformer.profiles import run_size
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "ablation" / "probes"
@@ -149,6 +151,27 @@ CANDIDATES: dict[str, dict[str, dict]] = {
             }
             for positional in ("sinusoidal", "rope")
         },
+    },
+}
+# Chinese->English (the factorial's task): the reference profile's translation size, as the
+# studies' base has it (rotary positions, warmup + cosine) and as the factorial's baseline cell
+# has it (the paper's sinusoids, the Noam schedule). Not yet run: a run is about 12 minutes on a
+# 2-core EPYC in fp32.
+_REFERENCE_TRANSLATION = {
+    "train.precision": "auto",
+    **{
+        f"{section}.{key}": value
+        for section, values in run_size("reference", "cmn-eng", family="ablation").items()
+        if section in ("data", "model", "train")
+        for key, value in values.items()
+    },
+}
+CANDIDATES["cmn-eng"] = {
+    "d256-l3-rope-gelu-500x2000": _REFERENCE_TRANSLATION,
+    "d256-l3-sinusoidal-noam-500x2000": {
+        **_REFERENCE_TRANSLATION,
+        "model.positional": "sinusoidal",
+        "train.schedule": "noam",
     },
 }
 
