@@ -38,6 +38,17 @@ def test_there_are_chapters_and_each_is_in_the_table_of_contents():
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_every_cell_has_its_own_id(chapter):
+    """nbformat 4.5 gives every cell an id (a cell added by hand without one makes the book build
+    warn, and a later nbformat refuse the file)."""
+    notebook = json.loads(chapter.read_text(encoding="utf-8"))
+    assert (notebook["nbformat"], notebook["nbformat_minor"]) >= (4, 5)
+    ids = [cell.get("id") for cell in notebook["cells"]]
+    assert None not in ids, f"{chapter.name}: a cell without an id"
+    assert len(set(ids)) == len(ids), f"{chapter.name}: two cells share an id"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
 def test_chapter_is_committed_without_outputs(chapter):
     for cell in cells(chapter):
         if cell["cell_type"] == "code":
