@@ -158,13 +158,10 @@ CANDIDATES: dict[str, dict[str, dict]] = {
 # has it (the paper's sinusoids, the Noam schedule). Not yet run: a run is about 12 minutes on a
 # 2-core EPYC in fp32.
 _REFERENCE_TRANSLATION = {
-    "train.precision": "auto",
-    **{
-        f"{section}.{key}": value
-        for section, values in run_size("reference", "cmn-eng", family="ablation").items()
-        if section in ("data", "model", "train")
-        for key, value in values.items()
-    },
+    f"{section}.{key}": value
+    for section, values in run_size("reference", "cmn-eng", family="ablation").items()
+    if section in ("data", "model", "train")
+    for key, value in values.items()
 }
 CANDIDATES["cmn-eng"] = {
     "d256-l3-rope-gelu-500x2000": _REFERENCE_TRANSLATION,
