@@ -10,7 +10,7 @@ CHROMIUM ?= /usr/bin/chromium
 # Tests, CI and notebook runs read data from the shared copy beside the checkout when it exists.
 export AT_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: install book test lint pytest dist clean
+.PHONY: install book test lint pytest dist release clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ dist: install
 	$(BIN)/python scripts/check_dist.py "$$dist"
 
 test: lint book pytest dist
+
+# A release (make release VERSION=0.2.0): a tagged commit whose _config.yml, chapters' first cells
+# and version name the tag, so that a book built from it opens and installs that tag on Colab;
+# the current branch is left unchanged (scripts/release.py).
+release:
+	$(PYTHON) scripts/release.py $(VERSION)
 
 clean:
 	rm -rf _build $(VENV)
