@@ -248,6 +248,55 @@ def test_the_language_model_trivial_level_is_count_baselines_on_the_scored_token
     assert f"{expected.unigram_loss:.3f}" in trivial.detail
 
 
+def costed(study, variant, seed, value, minutes, parameters, **config):
+    """A record of ``study`` whose run took ``minutes`` with a model of ``parameters``."""
+    made = record(study, variant, seed, value, **config)
+    made["provenance"]["wall_time_s"] = 60.0 * minutes
+    if parameters is not None:
+        made["metrics"]["parameters"] = parameters
+    return made
+
+
+def test_variant_costs_average_the_wall_time_and_read_the_parameters_of_each_variant():
+    records = [
+        costed("depth", "3", 0, 1.70, 6.0, 1000, baseline=True),
+        costed("depth", "3", 1, 1.71, 7.0, 1000, baseline=True),
+        costed("depth", "6", 0, 1.60, 13.0, 2000),
+        costed("depth", "1", 0, 1.90, 2.0, None),
+    ]
+    costs = ab.variant_costs(records)
+    assert costs["3"] == {"parameters": 1000.0, "minutes": 6.5}
+    assert costs["6"] == {"parameters": 2000.0, "minutes": 13.0}
+    assert math.isnan(costs["1"]["parameters"]) and costs["1"]["minutes"] == 2.0
+    rows = {row["variant"]: row for row in ab.verdict_table(records, "valid_loss", False)}
+    assert (rows["6"]["minutes"], rows["6"]["parameters"]) == (13.0, 2000.0)
+
+
+def test_cost_sentence_names_what_each_variant_cost_only_where_it_differs():
+    def study(costs):
+        records = [
+            costed(
+                "depth", label, seed, value + 0.01 * seed, minutes, params, baseline=label == "3"
+            )
+            for label, (value, minutes, params) in costs.items()
+            for seed in range(3)
+        ]
+        return ab.stored_studies(records)[0]
+
+    deep = study({"1": (1.9, 3.0, 500), "3": (1.7, 6.0, 1000), "6": (1.6, 12.0, 2000)})
+    sentence = ab.cost_sentence(deep)
+    assert sentence == (
+        "Cost per run, against the baseline's 6.0 min, 1,000 parameters: depth=1 3.0 min (0.50x) "
+        "with 0.50x the parameters, worse; depth=6 12.0 min (2.00x) with 2.00x the parameters, "
+        "better."
+    )
+    assert ab.study_sentences(deep, None)[-1] == sentence
+    # Within COST_RATIO of the baseline in time and parameters alike: no sentence.
+    alike = study({"1": (1.9, 6.5, 1000), "3": (1.7, 6.0, 1000), "6": (1.6, 5.5, 1000)})
+    assert ab.cost_sentence(alike) is None
+    assert not any("Cost per run" in line for line in ab.study_sentences(alike, None))
+
+
 def test_every_stored_study_gets_a_verdict_table_and_sentences():
     studies = ab.stored_studies(ResultsStore(STORED).records())
     assert studies, "results/ablation holds no real study"

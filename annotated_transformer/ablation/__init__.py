@@ -28,7 +28,8 @@ The pieces:
   2017, Table 3, whether our runs agree (:func:`table3_coverage`: which rows run, and why not);
 - the stored studies as the chapter leads with them: :func:`stored_studies` (grouped by task,
   study and profile), :func:`verdict_table` (Holm-corrected verdicts, effects with 95%
-  intervals), :func:`trivial_baseline` (the bigram, or the copied source) and
+  intervals, and what a run of each variant cost: :func:`variant_costs`, :func:`cost_sentence`),
+  :func:`trivial_baseline` (the bigram, or the copied source) and
   :func:`check_claims` (the source reports' claims, measured).
 
 One file per step, each importable on its own::
@@ -119,6 +120,7 @@ from .vaswani import (  # noqa: F401
 )
 from .verdicts import (  # noqa: F401
     CLAIMS,
+    COST_RATIO,
     PROFILE_ORDER,
     TRIVIAL_MARGIN,
     Claim,
@@ -126,6 +128,7 @@ from .verdicts import (  # noqa: F401
     TrivialBaseline,
     at_trivial_level,
     check_claims,
+    cost_sentence,
     difference_interval,
     factor_effects,
     measures_nothing,
@@ -136,5 +139,6 @@ from .verdicts import (  # noqa: F401
     stored_studies,
     study_sentences,
     trivial_baseline,
+    variant_costs,
     verdict_table,
 )

@@ -123,6 +123,23 @@ def _direction(difference: float, higher_is_better: bool) -> str:
     return "better" if (difference > 0) == higher_is_better else "worse"
 
 
+def variant_costs(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Variant label -> what one of its runs cost: ``parameters`` (the model's, from the
+    record's metrics; NaN where a record has none) and ``minutes``, the mean wall time of its runs
+    (training and evaluation, from each record's provenance)."""
+    walls: dict[str, list[float]] = {}
+    parameters: dict[str, float] = {}
+    for record in records:
+        label = record["config"]["variant"]
+        walls.setdefault(label, []).append(record["provenance"]["wall_time_s"] / 60)
+        count = record["metrics"].get("parameters")
+        parameters.setdefault(label, float(count) if count is not None else math.nan)
+    return {
+        label: {"parameters": parameters[label], "minutes": mean(minutes)}
+        for label, minutes in walls.items()
+    }
+
+
 def verdict_table(
     records: Sequence[dict[str, Any]], metric: str, higher_is_better: bool, alpha: float = 0.05
 ) -> list[dict[str, Any]]:
@@ -130,8 +147,9 @@ def verdict_table(
     the baseline variant the difference with Welch's 95% interval, the p-value, the p-value
     adjusted by Holm over the study's comparisons, and the verdict of the adjusted value:
     ``better`` or ``worse`` (beyond seed noise), ``within noise``, ``cannot judge`` (fewer than
-    2 runs on a side) or ``baseline``."""
+    2 runs on a side) or ``baseline``; then what a run of it cost (:func:`variant_costs`)."""
     summary = summarize(records, metric)
+    costs = variant_costs(records)
     places = {row["variant"]: row["rank"] for row in rank(summary, higher_is_better)}
     values = variant_values(records, metric)
     base = next((row["variant"] for row in summary if row["baseline"]), None)
@@ -164,8 +182,60 @@ def verdict_table(
             out["verdict"] = _direction(out["difference"], higher_is_better)
         else:
             out["verdict"] = "within noise"
+        out.update(costs[row["variant"]])
         rows.append(out)
     return rows
+
+
+# A variant's cost per run is worth a sentence when it is this far from the baseline's (a ratio
+# of wall times or of parameter counts, either way): depth and width, not seed-to-seed jitter.
+COST_RATIO = 1.25
+
+
+def cost_sentence(study: StoredStudy, alpha: float = 0.05) -> str | None:
+    """What the variants cost against the baseline, when some differ by :data:`COST_RATIO` or
+    more in wall time or parameters: each variant (the cheapest and the dearest of more than
+    four), cheapest first, with its time and parameter ratio to the baseline's and its verdict.
+    ``None`` otherwise."""
+    rows = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
+    base = next((row for row in rows if row["verdict"] == "baseline"), None)
+    if base is None:
+        return None
+
+    def ratio(row: dict[str, Any], key: str) -> float:
+        return row[key] / base[key] if base[key] > 0 else math.nan
+
+    def far(value: float) -> bool:
+        return math.isfinite(value) and max(value, 1 / value) >= COST_RATIO
+
+    others = [row for row in rows if row is not base]
+    costly = [row for row in others if far(ratio(row, "minutes")) or far(ratio(row, "parameters"))]
+    if not costly:
+        return None
+    shown = sorted(others, key=lambda r: r["minutes"])
+    if len(shown) > 4:  # the cheapest and the dearest
+        shown = [shown[0], shown[-1]]
+    parts = []
+    for row in shown:
+        label = row["variant"]
+        size = ratio(row, "parameters")
+        parts.append(
+            f"{_named(study, label)} {row['minutes']:.1f} min ({ratio(row, 'minutes'):.2f}x)"
+            + (
+                f" with {size:.2f}x the parameters"
+                if math.isfinite(size) and abs(size - 1) > 0.01
+                else ""
+            )
+            + f", {row['verdict']}"
+        )
+    parameters = (
+        f", {base['parameters']:,.0f} parameters" if math.isfinite(base["parameters"]) else ""
+    )
+    return (
+        f"Cost per run, against the baseline's {base['minutes']:.1f} min{parameters}: "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 @dataclass(frozen=True)
@@ -258,7 +328,8 @@ def study_sentences(
     study: StoredStudy, trivial: TrivialBaseline | None, alpha: float = 0.05
 ) -> list[str]:
     """What the study's numbers say, written from them: the baseline against the trivial level,
-    and which variants differ from the baseline after Holm's correction."""
+    which variants differ from the baseline after Holm's correction, and (:func:`cost_sentence`)
+    what the variants cost where that differs."""
     rows = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
     base = next((row for row in rows if row["verdict"] == "baseline"), None)
     _, unit = _margin(study.metric)
@@ -298,6 +369,9 @@ def study_sentences(
             f"No variant differs from the baseline beyond seed noise after Holm's correction "
             f"over {_count(len(compared))}."
         )
+    cost = cost_sentence(study, alpha)
+    if cost is not None:
+        lines.append(cost)
     return lines
 
 
