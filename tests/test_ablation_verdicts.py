@@ -297,6 +297,24 @@ def test_cost_sentence_names_what_each_variant_cost_only_where_it_differs():
     assert not any("Cost per run" in line for line in ab.study_sentences(alike, None))
 
 
+def test_probe_table_reads_the_precision_a_probe_ran_at_and_orders_by_date():
+    configs = ab.run_configs("heads", "tinyshakespeare", 1, "reference")[:2]
+    probes = []
+    for config, date, ran in zip(
+        configs, ("2026-02-01", "2026-01-01"), ("fp32", None), strict=True
+    ):
+        made = record("probe", config["variant"], 0, 1.8, date=date)
+        made["config"].update({key: config[key] for key in ("model", "train")})
+        if ran is not None:
+            made["provenance"]["precision"] = ran
+        probes.append(made)
+    rows = ab.probe_table(probes)
+    assert [row["candidate"] for row in rows] == [configs[1]["variant"], configs[0]["variant"]]
+    assert configs[0]["train"]["precision"] == "auto"
+    assert [row["precision"] for row in rows] == ["auto", "fp32"]  # asked for; what ran
+    assert rows[0]["updates"] == configs[1]["train"]["max_steps"] and rows[0]["value"] == 1.8
+
+
 def test_every_stored_study_gets_a_verdict_table_and_sentences():
     studies = ab.stored_studies(ResultsStore(STORED).records())
     assert studies, "results/ablation holds no real study"

@@ -495,7 +495,9 @@ def seed_spread(studies: Sequence[StoredStudy], seeds: int = 3) -> list[dict[str
 
 def probe_table(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The probes that sized the ``reference`` profile (``scripts/ablation_probes.py``), oldest
-    first: each candidate's task, what it trained, its headline metric and wall time."""
+    first: each candidate's task, what it trained, its headline metric and wall time. The
+    precision is the one the run used (its provenance: ``auto`` resolves to bf16 or fp32 by
+    machine), else the one its config asked for."""
     rows = []
     for record in sorted(records, key=lambda r: r["provenance"]["date"]):
         config, metrics = record["config"], record["metrics"]
@@ -510,7 +512,8 @@ def probe_table(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 f"{model.get('activation', 'relu')}, dropout {model['dropout']}",
                 "updates": train["max_steps"],
                 "label smoothing": train["label_smoothing"],
-                "precision": train.get("precision", "fp32"),
+                "precision": record["provenance"].get("precision")
+                or train.get("precision", "fp32"),
                 "metric": metric,
                 "value": metrics.get(metric),
                 "wall s": round(record["provenance"]["wall_time_s"]),
