@@ -198,7 +198,13 @@ def cost_sentence(study: StoredStudy, alpha: float = 0.05) -> str | None:
     more in wall time or parameters: each variant (the cheapest and the dearest of more than
     four), cheapest first, with its time and parameter ratio to the baseline's and its verdict.
     ``None`` otherwise."""
-    rows = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
+    return _cost_sentence(
+        study, verdict_table(study.records, study.metric, study.higher_is_better, alpha)
+    )
+
+
+def _cost_sentence(study: StoredStudy, rows: list[dict[str, Any]]) -> str | None:
+    """:func:`cost_sentence` from the study's verdict table ``rows``, already computed."""
     base = next((row for row in rows if row["verdict"] == "baseline"), None)
     if base is None:
         return None
@@ -210,8 +216,7 @@ def cost_sentence(study: StoredStudy, alpha: float = 0.05) -> str | None:
         return math.isfinite(value) and max(value, 1 / value) >= COST_RATIO
 
     others = [row for row in rows if row is not base]
-    costly = [row for row in others if far(ratio(row, "minutes")) or far(ratio(row, "parameters"))]
-    if not costly:
+    if not any(far(ratio(row, "minutes")) or far(ratio(row, "parameters")) for row in others):
         return None
     shown = sorted(others, key=lambda r: r["minutes"])
     if len(shown) > 4:  # the cheapest and the dearest
@@ -370,7 +375,7 @@ def study_sentences(
             f"No variant differs from the baseline beyond seed noise after Holm's correction "
             f"over {_count(len(compared))}."
         )
-    cost = cost_sentence(study, alpha)
+    cost = _cost_sentence(study, rows)
     if cost is not None:
         lines.append(cost)
     return lines
