@@ -6,7 +6,9 @@ study after another, and write each study's summary tables as it finishes.
     python scripts/ablation_plan.py multi30k --studies heads,positional
 
 Each run is saved as it ends (``results/ablation/``), so the script may be stopped at any time
-and started again: stored runs are loaded, not trained. It trains exactly what
+and started again: stored runs are loaded, not trained, and the run that was under way continues
+from its last checkpoint (``runs/ablation/<run key>/``, saved every tenth of the run and deleted
+once its record is saved), exactly as if it had not stopped. It trains exactly what
 ``papermill chapters/09_ablation.ipynb out.ipynb -p study S -p task T -p profile reference``
 trains, one run at a time with two threads, so that each record's wall time is its own. (On a
 2-core AMD EPYC, two Tiny Shakespeare runs at once with one thread each gave 1.25x the throughput
@@ -23,8 +25,10 @@ from pathlib import Path
 import torch
 
 from annotated_transformer import ablation as ab
+from annotated_transformer.run_lock import RunDirectoryLocked
 
 ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINTS = ROOT / "runs" / "ablation"  # the runs under way (git-ignored)
 
 
 def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: int) -> None:
@@ -33,7 +37,9 @@ def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: i
         metric, higher_is_better = ab.default_metric(task)
         for study in studies or ab.PLAN[task]:
             started = time.perf_counter()
-            records = ab.run_study(study, task, seeds, profile, jobs=1, store=store)
+            records = ab.run_study(
+                study, task, seeds, profile, jobs=1, store=store, checkpoint_root=CHECKPOINTS
+            )
             paths = ab.save_tables(records, store, metric, higher_is_better)
             trained = sum(r["provenance"]["wall_time_s"] for r in records)
             print(
@@ -60,7 +66,11 @@ def main(argv: list[str]) -> int:
         if name not in ab.study_names():
             parser.error(f"unknown study {name!r}; the studies: {', '.join(ab.study_names())}")
     torch.set_num_threads(2)
-    run_plan(tasks, studies, args.profile, args.seeds)
+    try:
+        run_plan(tasks, studies, args.profile, args.seeds)
+    except (ab.RunFolderError, RunDirectoryLocked) as error:  # another plan, or a bad checkpoint
+        print(f"ablation_plan: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

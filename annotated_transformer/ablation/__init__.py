@@ -70,10 +70,13 @@ from .runner import (  # noqa: F401
     run_study,
 )
 from .runs import (  # noqa: F401
+    SAVES_PER_RUN,
     PrefixSource,
+    RunFolderError,
     last_position_loss,
     load_task,
     prefix_lm_batch,
+    run_folder,
     train_run,
 )
 from .statistics import (  # noqa: F401

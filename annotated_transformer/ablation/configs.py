@@ -229,14 +229,22 @@ def task_fields(task: Any, arch: str) -> dict[str, Any]:
 
 
 def build_configs(
-    config: dict[str, Any], fields: dict[str, Any], device: str = "auto"
+    config: dict[str, Any],
+    fields: dict[str, Any],
+    device: str = "auto",
+    checkpoint_dir: str | None = None,
+    save_every: int | None = None,
 ) -> tuple[TransformerConfig, TrainConfig]:
-    """The validated configs of run ``config``, with the task's ``fields`` (:func:`task_fields`)."""
+    """The validated configs of run ``config``, with the task's ``fields`` (:func:`task_fields`)
+    and the runner's ``checkpoint_dir`` and ``save_every`` (where and how often the run keeps
+    ``last.pt``; neither changes a number)."""
     model = TransformerConfig(**{**fields, **config["model"]})
     train = TrainConfig(
         **{**config["train"], "betas": tuple(config["train"].get("betas", (0.9, 0.98)))},
         seed=config["seed"],
         device=device,
         progress=False,
+        checkpoint_dir=checkpoint_dir,
+        save_every=save_every,
     )
     return model, train

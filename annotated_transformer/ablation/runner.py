@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -18,7 +19,7 @@ import torch
 from .. import profiles
 from ..experiments import ResultsStore, run_key, run_or_load
 from .configs import run_configs
-from .runs import train_run
+from .runs import run_folder, train_run
 
 
 def resolve_profile(profile: str = "auto") -> tuple[str, str]:
@@ -60,9 +61,10 @@ def _worker_setup(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_in_worker(root: str, config: dict[str, Any], device: str) -> dict[str, Any]:
-    store = ResultsStore(root)
-    return run_or_load(store, config, functools.partial(train_run, device=device), rerun=True)
+def _run_in_worker(
+    root: str, config: dict[str, Any], train: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    return run_or_load(ResultsStore(root), config, train, rerun=True)
 
 
 def run_study(
@@ -77,6 +79,7 @@ def run_study(
     store: ResultsStore | None = None,
     budget_s: float | None = None,
     log: Callable[[str], None] | None = print,
+    checkpoint_root: str | os.PathLike | None = None,
 ) -> list[dict[str, Any]]:
     """The records of every run of a study: stored ones loaded, missing ones trained and saved.
 
@@ -85,7 +88,10 @@ def run_study(
     the runs under way, and calling again trains only what is missing. A run with the same
     training config stored by another study (a shared baseline) is reused, not trained again.
     ``budget_s``: start no new run after that many seconds (the rest stays missing, for the
-    next call). ``rerun=True`` trains every run again.
+    next call). ``rerun=True`` trains every run again. ``checkpoint_root``: each run under way
+    keeps checkpoints in ``checkpoint_root/<run key>/`` (:func:`~.runs.train_run`), so a study
+    stopped mid-run continues that run where it was when called again; the folder is deleted
+    once the run's record is saved.
 
     From a script, call it under ``if __name__ == "__main__":``: spawned workers import the
     script again, and without the guard each would start a study of its own.
@@ -115,8 +121,14 @@ def run_study(
         f"{len(missing)} to train" + (f", {jobs} at a time" if missing else "")
     )
 
+    train = functools.partial(train_run, device=device)
+    if checkpoint_root is not None:
+        train = functools.partial(train, checkpoint_root=checkpoint_root)
+
     def done(record: dict[str, Any]) -> None:
         records[record["key"]] = record
+        if checkpoint_root is not None:  # the record is saved: its checkpoints are spent
+            shutil.rmtree(run_folder(checkpoint_root, record["config"]), ignore_errors=True)
         wall = record["provenance"]["wall_time_s"]
         say(
             f"  [{len(records)}/{len(configs)}] {record['config']['variant']} seed "
@@ -131,7 +143,7 @@ def run_study(
         for config in missing:
             if over_budget():
                 break
-            done(run_or_load(store, config, functools.partial(train_run, device=device), True))
+            done(run_or_load(store, config, train, True))
     elif missing:
         import multiprocessing
 
@@ -146,9 +158,7 @@ def run_study(
             running = set()
             while pending or running:
                 while pending and len(running) < jobs and not over_budget():
-                    running.add(
-                        pool.submit(_run_in_worker, str(store.root), pending.pop(0), device)
-                    )
+                    running.add(pool.submit(_run_in_worker, str(store.root), pending.pop(0), train))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)

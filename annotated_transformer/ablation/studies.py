@@ -13,7 +13,7 @@ TASKS = {"multi30k": "translation", "cmn-eng": "translation", "tinyshakespeare":
 PROFILE_CHOICES = ("smoke", "cpu", "reference", "gpu")
 SECTIONS = ("model", "train", "data", "evaluation")
 # Set by the runner for every run, never by a study or a user override.
-RUNNER_FIELDS = ("seed", "device", "progress", "checkpoint_dir")
+RUNNER_FIELDS = ("seed", "device", "progress", "checkpoint_dir", "save_every")
 # Decided by the task's tokenizer, never by an override.
 TASK_FIELDS = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "pad_id")
 
