@@ -10,12 +10,15 @@ all), stored in ``results/ablation/probes/`` with provenance so the choice can b
 A candidate is the ``cpu`` ablation profile with overrides (``section.field``: value). The
 issue's bar for a study's baseline: Tiny Shakespeare validation loss <= 1.75, Multi30k test BLEU
 >= 20, in a few minutes of 2-core CPU per run (about 200 runs make the whole set of studies).
-A stored probe is not trained again.
+A stored probe is not trained again; one stopped part-way continues from its last checkpoint
+(``runs/ablation/<run key>/``, as the studies' runs do).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,9 +27,11 @@ import torch
 from annotated_transformer import ablation as ab
 from annotated_transformer.experiments import ResultsStore, run_or_load
 from annotated_transformer.profiles import run_size
+from annotated_transformer.run_lock import RunDirectoryLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "ablation" / "probes"
+CHECKPOINTS = ROOT / "runs" / "ablation"  # the runs under way (git-ignored)
 
 _BF16 = {"train.precision": "bf16"}
 # Tiny Shakespeare's narrow candidates: 3 x 128 over 16 windows of 128 characters.
@@ -181,7 +186,10 @@ def probe(task: str, name: str, seeds: list[int]) -> list[dict]:
         if not config["baseline"]:
             continue
         config = {**config, "study": "probe", "variant": name, "profile": "probe"}
-        record = run_or_load(store, config, ab.train_run)
+        record = run_or_load(
+            store, config, functools.partial(ab.train_run, checkpoint_root=CHECKPOINTS)
+        )
+        shutil.rmtree(ab.run_folder(CHECKPOINTS, config), ignore_errors=True)  # spent
         metrics, seconds = record["metrics"], record["provenance"]["wall_time_s"]
         shown = {k: round(v, 4) for k, v in metrics.items() if k in ("valid_loss", "test_bleu")}
         print(f"{task} {name} seed {config['seed']}: {shown} in {seconds:.0f} s", flush=True)
@@ -202,8 +210,12 @@ def main(argv: list[str]) -> int:
         )
     seeds = ab.parse_seeds(args.seeds)
     torch.set_num_threads(2)
-    for name in args.names or list(CANDIDATES[args.task]):
-        probe(args.task, name, seeds)
+    try:
+        for name in args.names or list(CANDIDATES[args.task]):
+            probe(args.task, name, seeds)
+    except (ab.RunFolderError, RunDirectoryLocked) as error:  # another copy, or a bad checkpoint
+        print(f"ablation_probes: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
