@@ -139,11 +139,14 @@ def train_run(
     kind = task_kind(config["task"])
     task = load_task(config["task"], config["data"])
     arch = config["model"]["arch"]
-    folder = resume = None
+    folder = resume = first_code = None
     if checkpoint_root is not None:
         folder = run_folder(checkpoint_root, config)
         if (folder / "last.pt").is_file():
             resume = folder / "last.pt"
+            launches = folder / RUN_FILE  # the code the first part started with, if it says
+            if launches.is_file():
+                first_code = json.loads(launches.read_text(encoding="utf-8"))["launches"][0]["code"]
         else:  # a fresh start: the folder says what it holds and which code began the run
             record_launch(folder, [], config["task"], config.get("profile"), config, "ablation run")
     model_config, train_config = build_configs(
@@ -179,8 +182,7 @@ def train_run(
         ) from error
     resumed = {}
     if resume is not None:
-        launches = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))["launches"]
-        resumed = {"resumed": {"wall_time_s": fit.resumed_elapsed, "code": launches[0]["code"]}}
+        resumed = {"resumed": {"wall_time_s": fit.resumed_elapsed, "code": first_code}}
     metrics: dict[str, Any] = {"parameters": count_parameters(fit.model)}
     if fit.diverged is not None:
         metrics.update({"diverged": True, "diverged_at": fit.diverged.step})
