@@ -304,7 +304,7 @@ def test_probe_table_reads_the_precision_a_probe_ran_at_and_orders_by_date():
         configs, ("2026-02-01", "2026-01-01"), ("fp32", None), strict=True
     ):
         made = record("probe", config["variant"], 0, 1.8, date=date)
-        made["config"].update({key: config[key] for key in ("model", "train")})
+        made["config"].update({key: config[key] for key in ("data", "model", "train")})
         if ran is not None:
             made["provenance"]["precision"] = ran
         probes.append(made)
@@ -313,6 +313,11 @@ def test_probe_table_reads_the_precision_a_probe_ran_at_and_orders_by_date():
     assert configs[0]["train"]["precision"] == "auto"
     assert [row["precision"] for row in rows] == ["auto", "fp32"]  # asked for; what ran
     assert rows[0]["updates"] == configs[1]["train"]["max_steps"] and rows[0]["value"] == 1.8
+    assert rows[0]["batch"] == "16 x 128 characters"  # the reference profile's windows
+    translation = record("probe", "base", 0, 25.0, task="multi30k", date="2026-03-01")
+    translation["config"].update(ab.run_configs("heads", "multi30k", 1, "reference")[0])
+    translation["config"]["data"].update({"max_tokens": 1234, "bpe_vocab_size": 567})
+    assert ab.probe_table([translation])[0]["batch"] == "1234 positions, BPE 567"
 
 
 def test_every_stored_study_gets_a_verdict_table_and_sentences():

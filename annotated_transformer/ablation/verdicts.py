@@ -499,11 +499,18 @@ def seed_spread(studies: Sequence[StoredStudy], seeds: int = 3) -> list[dict[str
     return rows
 
 
+def _probe_batch(data: dict[str, Any]) -> str:
+    """What one update of a probe reads: BPE positions (translation) or character windows."""
+    if "max_tokens" in data:
+        return f"{data['max_tokens']} positions, BPE {data['bpe_vocab_size']}"
+    return f"{data['batch_size']} x {data['context_length']} characters"
+
+
 def probe_table(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The probes that sized the ``reference`` profile (``scripts/ablation_probes.py``), oldest
-    first: each candidate's task, what it trained, its headline metric and wall time. The
-    precision is the one the run used (its provenance: ``auto`` resolves to bf16 or fp32 by
-    machine), else the one its config asked for."""
+    first: each candidate's task, what it trained (model, batch, updates), its headline metric and
+    wall time. The precision is the one the run used (its provenance: ``auto`` resolves to bf16
+    or fp32 by machine), else the one its config asked for."""
     rows = []
     for record in sorted(records, key=lambda r: r["provenance"]["date"]):
         config, metrics = record["config"], record["metrics"]
@@ -516,6 +523,7 @@ def probe_table(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 "seed": config["seed"],
                 "model": f"{model['n_layers']} x {model['d_model']}, {model['positional']}, "
                 f"{model.get('activation', 'relu')}, dropout {model['dropout']}",
+                "batch": _probe_batch(config["data"]),
                 "updates": train["max_steps"],
                 "label smoothing": train["label_smoothing"],
                 "precision": record["provenance"].get("precision")
