@@ -91,7 +91,7 @@ def last_position_loss(
 # Training one run
 
 # How many times a run with a checkpoint folder saves ``last.pt`` along its updates: every tenth
-# of the run (a Multi30k reference run of 12.5 min on a 2-core CPU saves every 75 s or so).
+# of the run (a cmn-eng reference run of 12.5 min on a 2-core CPU saves every 75 s or so).
 SAVES_PER_RUN = 10
 
 
