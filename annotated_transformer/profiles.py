@@ -321,8 +321,9 @@ ABLATION: dict[str, dict[str, RunSize]] = {
         # 8k BPE, 500 updates (12.5 min), reached greedy test BLEU 29.0 on Multi30k with rotary
         # positions, 14.4 with the paper's sinusoids (below the bar of 20), and only 8.1 on
         # cmn-eng. A model a quarter the cost per token (0.46 s an update against 1.4 s) did as
-        # well in half the minutes: Multi30k 28.9 after 750 updates (7 min), cmn-eng 22.7 after
-        # 1500 (12.5 min). So Multi30k's studies run 750 updates and the factorial 1500. The base
+        # well in half the minutes: Multi30k 28.9 after 750 updates (7 min; 36.1 after 1500, in
+        # 13.7), cmn-eng 22.7 after 1500 (12.5 min). So Multi30k's studies, 75 runs, take 750
+        # updates (about 9 hours) and the factorial's 48 runs 1500 (about 10). The base
         # has rotary positions: the positional study compares the others against them, and Table
         # 3's row E (learned positions) is read against this base, which says so.
         _size(

@@ -156,8 +156,8 @@ CANDIDATES: dict[str, dict[str, dict]] = {
             for positional in ("sinusoidal", "rope")
         },
         # A quarter the cost per token (128 wide, a 4k BPE; 0.46 s an update on a 2-core EPYC
-        # against 1.4 s): does half the minutes of the size above still clear 20 BLEU, and what
-        # do the same minutes buy?
+        # against 1.4 s): does half the minutes of the size above still clear 20 BLEU (28.9 in
+        # 427 s), and what do the same minutes buy (36.1 in 821 s)?
         **{
             f"d128-l3-rope-gelu-bpe4k-{steps}x2000": {
                 "train.precision": "auto",
