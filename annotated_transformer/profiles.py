@@ -323,7 +323,8 @@ ABLATION: dict[str, dict[str, RunSize]] = {
         # cmn-eng. A model a quarter the cost per token (0.46 s an update against 1.4 s) did as
         # well in half the minutes: Multi30k 28.9 after 750 updates (7 min; 36.1 after 1500, in
         # 13.7), cmn-eng 22.7 after 1500 (12.5 min). So Multi30k's studies, 75 runs, take 750
-        # updates (about 9 hours) and the factorial's 48 runs 1500 (about 10). The base
+        # updates (about 7.5 hours: the stored architecture study ran an encoder-decoder in 5.2
+        # min, a one-stack model in about 11.5) and the factorial's 48 runs 1500 (about 10). The base
         # has rotary positions: the positional study compares the others against them, and Table
         # 3's row E (learned positions) is read against this base, which says so.
         _size(
