@@ -383,6 +383,58 @@ def test_table3_variants_are_the_one_factor_studies_runs_under_other_names():
         assert {label: found[label] for label in pairs} == pairs, study
 
 
+def test_table3_comparison_skips_a_base_without_the_papers_value_of_the_row():
+    """Our reference translation base has no dropout and rotary positions: row D's "no dropout"
+    is that base itself, and row E's learned positions against it would measure rope -> learned.
+    The comparison must not read either as the paper's change."""
+
+    def runs(study, variant, values, baseline=False, model=None):
+        records = [_record(study, variant, s, v, baseline=baseline) for s, v in enumerate(values)]
+        for record in records:
+            record["config"]["model"] = {"dropout": 0.0, "positional": "rope", **(model or {})}
+            record["config"]["train"] = {"label_smoothing": 0.1}
+        return records
+
+    records = (
+        runs("table3", "base", [25.0, 25.1, 24.9], baseline=True)
+        + runs("table3", "P_drop=0.0", [25.0, 25.1, 24.9])  # the same runs under the row's name
+        + runs("table3", "learned", [20.0, 20.1, 19.9], model={"positional": "learned"})
+        + runs("table3", "eps_ls=0.0", [23.0, 23.1, 22.9])  # the base has the paper's 0.1
+        + runs("positional", "sinusoidal", [21.0, 21.1, 20.9], model={"positional": "sinusoidal"})
+        + runs("positional", "learned", [20.0, 20.1, 19.9], model={"positional": "learned"})
+    )
+    rows = {row["trend"]: row for row in ab.vaswani_comparison(records, "test_bleu", True)}
+    no_dropout = rows["no dropout"]
+    assert (no_dropout["ours"], no_dropout["verdict"]) == ("not comparable", "not comparable")
+    assert "dropout=0.0, the paper's 0.1" in no_dropout["note"]
+    assert no_dropout["note"].endswith("run -p study dropout")
+    assert math.isnan(no_dropout["ours_change"])
+    learned = rows["learned instead of sinusoidal positions"]
+    assert learned["study"] == "positional"  # sinusoidal -> learned, not rope -> learned
+    assert learned["ours_change"] == pytest.approx(-1.0)
+    smoothing = rows["no label smoothing"]
+    assert (smoothing["study"], smoothing["verdict"]) == ("table3", "agrees")
+    # Without the positional study, row E has no comparable base either.
+    alone = [r for r in records if r["config"]["study"] == "table3"]
+    rows = {row["trend"]: row for row in ab.vaswani_comparison(alone, "test_bleu", True)}
+    assert rows["learned instead of sinusoidal positions"]["verdict"] == "not comparable"
+    assert rows["no dropout"]["verdict"] == "not comparable"
+    assert rows["half the width d_model"]["verdict"] == "not run"
+
+
+def test_table3_coverage_says_where_our_base_is_not_the_papers():
+    reference = {row["paper"]: row for row in ab.table3_coverage("multi30k", "reference")}
+    assert reference["P_drop=0.0"]["status"] == "same as base"
+    assert reference["P_drop=0.0"]["ours"].startswith("none: our base has dropout=0.0")
+    assert "dropout study's 0.1 -> 0.0" in reference["P_drop=0.0"]["ours"]
+    assert "positional study's sinusoidal -> learned" in reference["learned"]["ours"]
+    assert reference["eps_ls=0.0"]["ours"] == "label_smoothing=0.0 (base 0.1)"
+    # The smaller profiles keep the paper's dropout and sinusoids: every row runs as itself.
+    cpu = ab.table3_coverage("multi30k", "cpu")
+    assert {row["status"] for row in cpu if row["paper"] != "big"} == {"run"}
+    assert not any("not the row's change" in row["ours"] for row in cpu)
+
+
 def test_norm_and_position_is_a_two_by_two_whose_corner_is_the_base():
     configs = ab.run_configs("norm_and_position", "tinyshakespeare", 1, "cpu")
     cells = {(c["model"]["norm"], c["model"]["norm_position"]) for c in configs}

@@ -68,6 +68,9 @@ class Trend:
     Ours is measured by the ``table3`` study's variant of the same name against its ``base``;
     where that study is not stored, by ``ours`` against ``baseline`` in the one-factor ``study``
     (None: only the table3 study varies it), which holds the same run under another name.
+    ``setting``: the config field the row changes and its value in the paper's base, for the
+    rows whose base value a profile may not share (our reference translation base has no dropout
+    and rotary positions); a baseline with another value does not measure the row's change.
     """
 
     name: str
@@ -75,6 +78,7 @@ class Trend:
     study: str | None = None
     baseline: str = ""
     ours: str = ""
+    setting: tuple[str, Any] | None = None
 
 
 TRENDS = (
@@ -91,20 +95,63 @@ TRENDS = (
     Trend("twice the width d_model", "d_model=1024"),
     Trend("half the feed-forward width d_ff", "d_ff=1024"),
     Trend("twice the feed-forward width d_ff", "d_ff=4096"),
-    Trend("no dropout", "P_drop=0.0", "dropout", "0.1", "0.0"),
-    Trend("more dropout (0.2)", "P_drop=0.2", "dropout", "0.1", "0.2"),
-    Trend("no label smoothing", "eps_ls=0.0", "label_smoothing", "0.1", "0.0"),
-    Trend("more label smoothing (0.2)", "eps_ls=0.2", "label_smoothing", "0.1", "0.2"),
+    Trend("no dropout", "P_drop=0.0", "dropout", "0.1", "0.0", ("model.dropout", 0.1)),
+    Trend("more dropout (0.2)", "P_drop=0.2", "dropout", "0.1", "0.2", ("model.dropout", 0.1)),
     Trend(
-        "learned instead of sinusoidal positions", "learned", "positional", "sinusoidal", "learned"
+        "no label smoothing",
+        "eps_ls=0.0",
+        "label_smoothing",
+        "0.1",
+        "0.0",
+        ("train.label_smoothing", 0.1),
+    ),
+    Trend(
+        "more label smoothing (0.2)",
+        "eps_ls=0.2",
+        "label_smoothing",
+        "0.1",
+        "0.2",
+        ("train.label_smoothing", 0.1),
+    ),
+    Trend(
+        "learned instead of sinusoidal positions",
+        "learned",
+        "positional",
+        "sinusoidal",
+        "learned",
+        ("model.positional", "sinusoidal"),
     ),
 )
+
+
+_TREND_OF = {trend.paper: trend for trend in TRENDS}
+
+
+def config_value(config: dict[str, Any], field: str) -> Any:
+    """``config``'s value of a dotted ``field`` (``"model.dropout"``); None where it has none."""
+    section, _, key = field.partition(".")
+    return config.get(section, {}).get(key)
+
+
+def _base_differs(trend: Trend, base: Sequence[dict[str, Any]]) -> str:
+    """Why the baseline records ``base`` do not measure ``trend``'s change (their value of the
+    field it changes is not the paper's base value), or "" where they do or do not say."""
+    if trend.setting is None:
+        return ""
+    field, paper = trend.setting
+    values = {config_value(record["config"], field) for record in base} - {None}
+    if not values or values == {paper}:
+        return ""
+    ours = ", ".join(str(value) for value in sorted(values, key=str))
+    return f"our base has {field.split('.')[1]}={ours}, the paper's {paper}"
 
 
 def table3_coverage(task: str = "multi30k", profile: str = "cpu") -> list[dict[str, str]]:
     """Each row of Table 3 and what becomes of it on ``task`` at ``profile``: the paper's change,
     and ours (what the table3 study's variant of the same name changes in our base, resolved) or
-    the reason it is not run."""
+    the reason it is not run. ``status``: ``run``, ``not run``, or ``same as base`` where our base
+    already has the row's value (the reference translation base has no dropout: row D's
+    P_drop=0.0 is our base itself)."""
     configs = {c["variant"]: c for c in run_configs(TABLE3_STUDY, task, 1, profile)}
     base = configs[TABLE3_BASELINE]
     rows = []
@@ -125,6 +172,18 @@ def table3_coverage(task: str = "multi30k", profile: str = "cpu") -> list[dict[s
             ours = ", ".join(changed) or "our base: " + ", ".join(
                 f"{key}={base['model'][key]}" for key in ("n_layers", "d_model", "d_ff", "n_heads")
             )
+            trend = _TREND_OF.get(name, Trend("", ""))
+            differs = _base_differs(trend, [{"config": base}])
+            elsewhere = (
+                f"; the comparison reads the {trend.study} study's {trend.baseline} -> "
+                f"{trend.ours} instead, where it is stored"
+                if trend.study
+                else ""
+            )
+            if differs and not changed:  # the row's value is already our base's
+                status, ours = "same as base", f"none: {differs}{elsewhere}"
+            elif differs:
+                ours += f": not the row's change ({differs}){elsewhere}"
         rows.append(
             {
                 "paper": name,
@@ -155,7 +214,10 @@ def vaswani_comparison(
 ) -> list[dict[str, Any]]:
     """For each trend of Table 3: the paper's direction, ours (from ``records``, any studies),
     and the verdict: ``agrees``, ``disagrees``, ``within noise`` (ours is not beyond seed noise
-    while the paper saw a change), ``cannot judge`` (fewer than 2 runs), or ``not run``.
+    while the paper saw a change), ``cannot judge`` (fewer than 2 runs), ``not comparable`` (the
+    stored runs' base does not have the paper's base value of what the row changes, e.g. no
+    dropout where the paper's base has 0.1, and no other stored study measures the change from
+    that value) or ``not run``.
 
     Ours is a Welch test against the baseline; the p-values of all the trends measured are
     adjusted together by Holm (``p_holm``, one family: the table), and a difference counts only
@@ -179,15 +241,26 @@ def vaswani_comparison(
         sources = [(TABLE3_STUDY, TABLE3_BASELINE, trend.paper)]
         if trend.study:
             sources.append((trend.study, trend.baseline, trend.ours))
+        differs = ""
         for study, baseline, ours in sources:
-            values = variant_values(by_study.get(study, []), metric)
+            records_of = by_study.get(study, [])
+            values = variant_values(records_of, metric)
             base, variant = values.get(baseline, []), values.get(ours, [])
             if base and variant:
-                break
+                reason = _base_differs(
+                    trend, [r for r in records_of if r["config"]["variant"] == baseline]
+                )
+                if not reason:
+                    break
+                differs, base, variant = differs or reason, [], []
         if not base or not variant:
             row.update({"study": "", "ours_change": math.nan, "p_value": math.nan})
-            row.update({"ours": "not run", "verdict": "not run"})
-            row["note"] = "run: -p study table3"
+            if differs:  # stored, but against a base that does not have the paper's value
+                row.update({"ours": "not comparable", "verdict": "not comparable"})
+                row["note"] = differs + (f": run -p study {trend.study}" if trend.study else "")
+            else:
+                row.update({"ours": "not run", "verdict": "not run"})
+                row["note"] = "run: -p study table3"
             rows.append(row)
             continue
         verdict = judge(base, variant, alpha)
