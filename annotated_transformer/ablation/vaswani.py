@@ -127,7 +127,7 @@ TRENDS = (
 _TREND_OF = {trend.paper: trend for trend in TRENDS}
 
 
-def config_value(config: dict[str, Any], field: str) -> Any:
+def _config_value(config: dict[str, Any], field: str) -> Any:
     """``config``'s value of a dotted ``field`` (``"model.dropout"``); None where it has none."""
     section, _, key = field.partition(".")
     return config.get(section, {}).get(key)
@@ -139,7 +139,7 @@ def _base_differs(trend: Trend, base: Sequence[dict[str, Any]]) -> str:
     if trend.setting is None:
         return ""
     field, paper = trend.setting
-    values = {config_value(record["config"], field) for record in base} - {None}
+    values = {_config_value(record["config"], field) for record in base} - {None}
     if not values or values == {paper}:
         return ""
     ours = ", ".join(str(value) for value in sorted(values, key=str))
