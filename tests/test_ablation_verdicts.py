@@ -205,6 +205,24 @@ def test_claims_are_measured_where_stored_and_say_so_where_not():
     assert rows[0]["at_trivial_level"] is None
 
 
+def test_a_claim_of_the_same_agrees_only_when_the_interval_rules_out_a_difference():
+    """No difference found is not the same as no difference: "the same" needs the whole 95%
+    interval inside SAME_MARGIN; a wide interval says within noise, and why."""
+    margin = ab.SAME_MARGIN["loss"]
+    claim = ab.Claim("heads", "4 and 8 are the same", "4", "8", "the same")
+    tight = {"4": [2.400, 2.401, 2.399], "8": [2.401, 2.402, 2.400]}
+    wide = {"4": [2.0, 2.5, 1.5], "8": [2.1, 1.6, 2.6]}  # within noise, interval ±0.8 nats
+    (row,) = ab.check_claims(
+        ab.stored_studies(heads_study(tight)), [claim], trivial_of=lambda study: None
+    )
+    assert row["verdict"] == "agrees" and -margin < row["diff_low"] < row["diff_high"] < margin
+    (row,) = ab.check_claims(
+        ab.stored_studies(heads_study(wide)), [claim], trivial_of=lambda study: None
+    )
+    assert row["verdict"] == "within noise" and row["diff_high"] - row["diff_low"] > 2 * margin
+    assert "too few seeds to call them the same" in row["measured"]
+
+
 def test_a_factorial_claim_counts_the_factors_it_agrees_on():
     records = [
         record(

@@ -125,6 +125,7 @@ from .verdicts import (  # noqa: F401
     CLAIMS,
     COST_RATIO,
     PROFILE_ORDER,
+    SAME_MARGIN,
     TRIVIAL_MARGIN,
     Claim,
     StoredStudy,

@@ -28,6 +28,10 @@ PROFILE_ORDER = ("reference", "gpu", "cpu")
 # How close to its trivial baseline a study's baseline may sit and still be said to measure
 # nothing: nats per token for a loss, BLEU points for BLEU.
 TRIVIAL_MARGIN = {"loss": 0.05, "bleu": 1.0}
+# How far apart two variants may be and still be "the same", for a claim that says so: a claim
+# agrees only when the whole 95% interval of the difference lies inside this margin (an interval
+# wider than it cannot tell "the same" from a real effect: more seeds can).
+SAME_MARGIN = {"loss": 0.02, "bleu": 1.0}
 
 
 @dataclass(frozen=True)
@@ -583,7 +587,8 @@ def factor_effects(
 @dataclass(frozen=True)
 class Claim:
     """A claim of a source report about a study: ``variant`` against ``other``, which it says is
-    ``"better"`` or ``"the same"``. A claim without variants (``variant=""``) is about the
+    ``"better"`` or ``"the same"`` (the whole 95% interval of the difference within
+    :data:`SAME_MARGIN`). A claim without variants (``variant=""``) is about the
     winning levels of a factorial: ``winners``, ``(factor, level)`` pairs, when the report's
     levels are known."""
 
@@ -617,8 +622,9 @@ def check_claims(
 ) -> list[dict[str, Any]]:
     """Each claim against every stored study it is about: our difference (``variant`` minus
     ``other``) with Welch's 95% interval and p-value (one planned comparison, unadjusted), what
-    we measured and the verdict: ``agrees``, ``disagrees``, ``within noise`` (the claim saw a
-    difference, ours is not beyond seed noise), ``cannot judge``, or ``not stored``.
+    we measured and the verdict: ``agrees``, ``disagrees``, ``within noise`` (ours is not beyond
+    seed noise: a difference the claim saw is not found, or, for a claim of "the same", a
+    difference beyond :data:`SAME_MARGIN` is not ruled out), ``cannot judge``, or ``not stored``.
     ``at_trivial_level`` says whether that study's baseline sits at its trivial level
     (``trivial_of``, :func:`trivial_baseline` by default): then it measures nothing. A factorial
     claim lists the winners of :func:`factor_effects` and, where the claim names the report's,
@@ -673,7 +679,16 @@ def check_claims(
                 row["measured"], row["verdict"] = "fewer than 2 runs on a side", "cannot judge"
             elif test["verdict"] == "within noise":
                 row["measured"] = f"{claim.variant} and {claim.other} within seed noise"
-                row["verdict"] = "agrees" if claim.expects == "the same" else "within noise"
+                row["verdict"] = "within noise"
+                if claim.expects == "the same":
+                    margin = SAME_MARGIN["bleu" if "bleu" in study.metric else "loss"]
+                    if -margin < low and high < margin:
+                        row["verdict"] = "agrees"
+                    else:  # no difference found, but none ruled out either
+                        row["measured"] += (
+                            f"; its interval {low:+.3g} to {high:+.3g} is wider than ±{margin:g}: "
+                            "too few seeds to call them the same"
+                        )
             else:
                 row["measured"] = f"{claim.variant} {direction} than {claim.other}"
                 agree = claim.expects == direction
