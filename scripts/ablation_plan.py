@@ -31,14 +31,20 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ROOT / "runs" / "ablation"  # the runs under way (git-ignored)
 
 
-def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: int) -> None:
+def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: int | None) -> None:
     store = ab.default_store(profile, ROOT / "results")
     for task in tasks:
         metric, higher_is_better = ab.default_metric(task)
         for study in studies or ab.PLAN[task]:
             started = time.perf_counter()
             records = ab.run_study(
-                study, task, seeds, profile, jobs=1, store=store, checkpoint_root=CHECKPOINTS
+                study,
+                task,
+                seeds or ab.plan_seeds(task, study),  # the plan's: 3, more where spread demands
+                profile,
+                jobs=1,
+                store=store,
+                checkpoint_root=CHECKPOINTS,
             )
             paths = ab.save_tables(records, store, metric, higher_is_better)
             trained = sum(r["provenance"]["wall_time_s"] for r in records)
@@ -55,12 +61,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("tasks", nargs="*", help=f"of {', '.join(ab.PLAN)} (default: all)")
     parser.add_argument("--studies", help="studies separated by commas (default: the plan's)")
     parser.add_argument("--profile", default="reference")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--seeds", type=int, help="seeds of every study (default: the plan's, ab.PLAN_SEEDS)"
+    )
     args = parser.parse_args(argv)
     tasks = args.tasks or list(ab.PLAN)
     for name in tasks:
         if name not in ab.PLAN:
             parser.error(f"unknown task {name!r}; the plan's tasks: {', '.join(ab.PLAN)}")
+    if args.seeds is not None and args.seeds < 1:
+        parser.error(f"--seeds {args.seeds}: give a positive number of seeds (or leave it out)")
     studies = args.studies.split(",") if args.studies else None
     for name in studies or []:
         if name not in ab.study_names():

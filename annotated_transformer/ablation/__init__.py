@@ -95,6 +95,7 @@ from .statistics import (  # noqa: F401
 )
 from .studies import (  # noqa: F401
     PLAN,
+    PLAN_SEEDS,
     PROFILE_CHOICES,
     RUNNER_FIELDS,
     SECTIONS,
@@ -108,6 +109,7 @@ from .studies import (  # noqa: F401
     Variant,
     applicability,
     get_study,
+    plan_seeds,
     study_names,
     task_kind,
 )

@@ -21,7 +21,7 @@ from ..task_options import canonical_task
 from .configs import run_configs
 from .runner import training_part
 from .statistics import default_metric, holm, judge, rank, summarize, variant_values
-from .studies import PLAN, STUDIES, TASKS, task_kind
+from .studies import PLAN, STUDIES, TASKS, plan_seeds, task_kind
 
 # The newest and largest profiles first: a study stored at several sizes is read at its largest.
 PROFILE_ORDER = ("reference", "gpu", "cpu")
@@ -443,16 +443,17 @@ def _minutes(records: Iterable[dict[str, Any]]) -> float:
 
 
 def plan_progress(
-    records: Iterable[dict[str, Any]], profile: str = "reference", seeds: int = 3
+    records: Iterable[dict[str, Any]], profile: str = "reference", seeds: int | None = None
 ) -> list[dict[str, Any]]:
-    """One row per study of :data:`PLAN`: the runs it needs at ``profile`` with ``seeds`` seeds,
-    how many are stored among ``records`` (a results store's), their wall time in minutes (in
+    """One row per study of :data:`PLAN`: the runs it needs at ``profile`` with ``seeds`` seeds
+    (by default the plan's, :func:`plan_seeds`: 3, or more where the spread demanded it), how many are stored among ``records`` (a results store's), their wall time in minutes (in
     total and per run) and what is left."""
     stored = {run_key(training_part(r["config"])): r for r in records}
     rows = []
     for task, studies in PLAN.items():
         for study in studies:
-            wanted = [run_key(training_part(c)) for c in run_configs(study, task, seeds, profile)]
+            count = seeds or plan_seeds(task, study)
+            wanted = [run_key(training_part(c)) for c in run_configs(study, task, count, profile)]
             found = [stored[key] for key in wanted if key in stored]
             minutes = _minutes(found)
             rows.append(
