@@ -120,8 +120,10 @@ def test_scipy_welch_against_the_old_test_on_a_stored_study(key):
         assert 2 * stats.t.sf(abs(t), max(1, math.floor(df))) == pytest.approx(old_p, abs=1e-6)
         # ... and at the exact (fractional) df a p-value no larger: flooring was conservative.
         assert new["p_value"] <= old_p + 1e-12
-        # On the stored studies no verdict changes.
-        assert (new["p_value"] < 0.05) == (old_p < 0.05)
+        # So a difference the old test found stays found; the exact df may find one more (a
+        # p-value just under 0.05 at the exact df can be above it at the floored one).
+        if old_p < 0.05:
+            assert new["p_value"] < 0.05
         assert rows[label]["p_value"] == new["p_value"]
         compared += 1
     assert compared >= 1
