@@ -446,8 +446,9 @@ def plan_progress(
     records: Iterable[dict[str, Any]], profile: str = "reference", seeds: int | None = None
 ) -> list[dict[str, Any]]:
     """One row per study of :data:`PLAN`: the runs it needs at ``profile`` with ``seeds`` seeds
-    (by default the plan's, :func:`plan_seeds`: 3, or more where the spread demanded it), how many are stored among ``records`` (a results store's), their wall time in minutes (in
-    total and per run) and what is left."""
+    (by default the plan's, :func:`plan_seeds`: 3, or more where the spread demanded it), how
+    many are stored among ``records`` (a results store's), their wall time in minutes (in total
+    and per run) and what is left."""
     stored = {run_key(training_part(r["config"])): r for r in records}
     rows = []
     for task, studies in PLAN.items():
