@@ -85,6 +85,10 @@ class TransformerConfig:
     tie_embeddings: bool = False  # output projection shares the (target) embedding matrix
     share_embeddings: bool = False  # encoder-decoder: source and target share one embedding
     init: str = "xavier"
+    token_rms: float | None = None  # a token vector's rms at the start, √d_model scale included:
+    # the embeddings drawn from N(0, (token_rms / scale)²) whatever ``init`` says. None: as
+    # ``init`` draws them (Xavier's rule makes it √(2·d_model / (V + d_model)), small for a large
+    # vocabulary V); 1.0 is fairseq's N(0, 1/d_model) under the √d_model scale.
     relative_max_distance: int = 16
     rope_base: float = 10000.0
 
@@ -130,6 +134,8 @@ class TransformerConfig:
                 raise ValueError(f"{name}={value!r} is not accepted: use a number in [0, 1)")
         if not (is_number(self.norm_eps) and self.norm_eps > 0):
             raise ValueError(f"norm_eps={self.norm_eps!r} is not accepted: use a positive number")
+        if self.token_rms is not None:
+            check_number("token_rms", self.token_rms, 0.0, low_open=True)
         if not (is_number(self.rope_base) and self.rope_base > 1):
             raise ValueError(f"rope_base={self.rope_base!r} is not accepted: use a number > 1")
         if self.d_model % self.n_heads != 0 and (self.d_k is None or self.d_v is None):

@@ -352,7 +352,10 @@ def init_weights(model: nn.Module, config: TransformerConfig) -> None:
       ``1/√(2·n_layers)`` (GPT-2 §2.3).
 
     Norm gains start at one, norm biases at zero; learned positions at N(0, 0.02); the relative
-    bias table at zero (every distance alike until trained).
+    bias table at zero (every distance alike until trained). ``config.token_rms``, when set,
+    redraws the token embeddings last (a tied output projection shares them) from
+    N(0, (token_rms / scale)²), so that a token vector, √d_model scale included, starts with that
+    root mean square.
     """
     n_layers = (
         max(config.encoder_layers, config.decoder_layers)
@@ -372,6 +375,10 @@ def init_weights(model: nn.Module, config: TransformerConfig) -> None:
                 nn.init.normal_(weight, std=residual_std if writes_residual else 0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+    if config.token_rms is not None:
+        for module in model.modules():
+            if isinstance(module, TokenEmbedding):  # [V, d_model] weights, times module.scale
+                nn.init.normal_(module.weight, std=config.token_rms / module.scale)
 
 
 def parameter_count(config: TransformerConfig) -> int:

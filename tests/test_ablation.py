@@ -58,6 +58,8 @@ def test_a_one_factor_baseline_is_the_profile_base_itself(profile, task):
     for name in ab.study_names():
         if name == "factorial" or len(ab.get_study(name).factors) > 1 and task != "multi30k":
             continue
+        if name == "token_rms":  # every cell fixes the positions (sinusoidal or none) on purpose
+            continue
         (config,) = [c for c in ab.run_configs(name, task, 1, profile) if c["baseline"]]
         trained = {key: config[key] for key in ("model", "train", "data", "evaluation")}
         base = base or trained
@@ -381,6 +383,34 @@ def test_table3_variants_are_the_one_factor_studies_runs_under_other_names():
     for study, pairs in shared.items():
         found = {label: table3.get(key) for key, label in keys(study).items()}
         assert {label: found[label] for label in pairs} == pairs, study
+
+
+def test_token_rms_study_reuses_the_positional_runs_and_changes_only_the_token_size():
+    """Its cells "by init" are the positional study's sinusoidal and none runs (the plan trains
+    only the two "rms 1" cells), which differ from them in model.token_rms alone."""
+    from annotated_transformer.ablation.runner import training_part
+    from annotated_transformer.experiments import run_key
+
+    def runs(study):
+        return {
+            (c["variant"], c["seed"]): training_part(c)
+            for c in ab.run_configs(study, "multi30k", 5, "reference")
+        }
+
+    positional, token_rms = runs("positional"), runs("token_rms")
+    assert len(token_rms) == 4 * 5
+    for (variant, seed), config in token_rms.items():
+        encoding, size = variant.split(", ")
+        twin = positional[(encoding, seed)]
+        if size == "by init":
+            assert run_key(config) == run_key(twin)
+        else:
+            assert config["model"] == {**twin["model"], "token_rms": 1.0}
+            assert {k: v for k, v in config.items() if k != "model"} == {
+                k: v for k, v in twin.items() if k != "model"
+            }
+    assert ab.plan_seeds("multi30k", "token_rms") == 5
+    assert ab.PLAN["multi30k"].index("token_rms") == ab.PLAN["multi30k"].index("positional") + 1
 
 
 def test_table3_comparison_skips_a_base_without_the_papers_value_of_the_row():

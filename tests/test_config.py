@@ -94,6 +94,14 @@ def test_non_positive_or_non_integer_size_is_rejected(field, bad):
         small_config(**{field: bad})
 
 
+@pytest.mark.parametrize("bad", [0, -0.5, float("nan"), float("inf"), True, "1"])
+def test_token_rms_accepts_none_or_a_positive_finite_number(bad):
+    with pytest.raises(ValueError, match=field_and_value("token_rms", bad) + ".*number in"):
+        small_config(token_rms=bad)
+    assert small_config(token_rms=None).token_rms is None
+    assert small_config(token_rms=1).token_rms == 1
+
+
 @pytest.mark.parametrize("field", OPTIONAL_SIZES)
 def test_optional_sizes_accept_none_and_positive_integers(field):
     assert getattr(small_config(**{field: None}), field) is None

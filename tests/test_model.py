@@ -622,6 +622,36 @@ def test_normal_init_has_std_002_and_scaled_residual_projections():
     assert biases and all((bias == 0).all() for bias in biases)
 
 
+@pytest.mark.parametrize(
+    ("arch", "init", "scale", "tie"),
+    [
+        ("encoder-decoder", "xavier", True, False),
+        ("decoder-only", "normal", True, True),
+        ("encoder-only", "xavier", False, False),
+    ],
+)
+def test_token_rms_sets_a_token_vectors_size_and_leaves_every_other_weight_alone(
+    arch, init, scale, tie
+):
+    options = dict(d_model=64, d_ff=128, vocab_size=3000, init=init, scale_embeddings=scale)
+    torch.manual_seed(0)
+    by_init = build_model(make_config(arch, tie_embeddings=tie, **options))
+    torch.manual_seed(0)
+    model = build_model(make_config(arch, tie_embeddings=tie, token_rms=0.7, **options))
+    embeddings = [m for m in model.modules() if isinstance(m, at.model.TokenEmbedding)]
+    assert len(embeddings) == (2 if arch == "encoder-decoder" else 1)
+    for embedding in embeddings:  # every token once, √d_model scale included
+        vectors = embedding(torch.arange(3000)[None])  # [1, V, d_model]
+        assert vectors.pow(2).mean().sqrt().item() == pytest.approx(0.7, rel=0.02)
+        assert vectors.mean().item() == pytest.approx(0.0, abs=0.01)
+    if tie:  # the output projection is the embedding: redrawn with it, still one tensor
+        assert model.output_projection.weight is model.embedding.weight
+    redrawn = {id(m.weight) for m in embeddings}
+    before = dict(by_init.named_parameters())
+    for name, weight in model.named_parameters():  # the same draws, the embeddings' redone last
+        assert torch.equal(weight, before[name]) != (id(weight) in redrawn), name
+
+
 @pytest.mark.parametrize("init", ["xavier", "normal"])
 def test_norms_start_as_identity(init):
     model = build_model(make_config("encoder-decoder", init=init, norm_position="pre"))
