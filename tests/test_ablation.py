@@ -111,6 +111,22 @@ def test_factorial_has_sixteen_cells_and_one_stack_models_get_both_stacks_layers
     assert lm == {"decoder-only", "encoder-only"}
 
 
+def test_the_factorials_tokens_start_no_smaller_than_the_sinusoids_added_to_them():
+    """Xavier's rule starts a token of cmn-eng's 4k vocabulary at a third of the sinusoid's rms:
+    the factorial's absolute level would measure that (the token_rms study), not the encoding."""
+    import annotated_transformer as at
+
+    position_rms = at.sinusoidal_table(64, 128).pow(2).mean().sqrt().item()  # 1/√2
+    for config in ab.run_configs("factorial", "cmn-eng", 1, "reference"):
+        vocab = config["data"]["bpe_vocab_size"]
+        torch.manual_seed(0)
+        model = at.build_model(at.TransformerConfig(**config["model"], vocab_size=vocab))
+        for embedding in (model.src_embedding, model.tgt_embedding):
+            with torch.no_grad():
+                tokens = embedding(torch.arange(vocab)[None])  # [1, V, d_model]
+            assert tokens.pow(2).mean().sqrt().item() > position_rms, config["variant"]
+
+
 def test_bad_names_and_overrides_give_errors_that_list_the_valid_ones():
     with pytest.raises(ValueError, match="heads, depth"):
         ab.get_study("heds")
