@@ -429,6 +429,37 @@ def test_token_rms_study_reuses_the_positional_runs_and_changes_only_the_token_s
     assert ab.PLAN["multi30k"].index("token_rms") == ab.PLAN["multi30k"].index("positional") + 1
 
 
+def test_token_rms_rope_study_trains_only_the_rotary_cell_at_rms_1():
+    """Three of its cells are runs of the positional and token_rms studies (rope by init,
+    sinusoidal by init and at rms 1); its fourth, rope at rms 1, differs from rope by init in
+    model.token_rms alone."""
+    from annotated_transformer.ablation.runner import training_part
+    from annotated_transformer.experiments import run_key
+
+    def runs(study):
+        return {
+            (c["variant"], c["seed"]): training_part(c)
+            for c in ab.run_configs(study, "multi30k", 5, "reference")
+        }
+
+    positional, token_rms, rope = runs("positional"), runs("token_rms"), runs("token_rms_rope")
+    stored = {run_key(config) for config in [*positional.values(), *token_rms.values()]}
+    assert len(rope) == 4 * 5
+    new = {cell for cell, config in rope.items() if run_key(config) not in stored}
+    assert new == {("rope, rms 1", seed) for seed in range(5)}
+    for seed in range(5):
+        start, large = rope[("rope, by init", seed)], rope[("rope, rms 1", seed)]
+        assert run_key(start) == run_key(positional[("rope", seed)])
+        assert large["model"] == {**start["model"], "token_rms": 1.0}
+        assert {k: v for k, v in large.items() if k != "model"} == {
+            k: v for k, v in start.items() if k != "model"
+        }
+    assert ab.baseline_variant("token_rms_rope", "multi30k", "reference") == "rope, by init"
+    assert ab.plan_seeds("multi30k", "token_rms_rope") == 5
+    plan = ab.PLAN["multi30k"]
+    assert plan.index("token_rms_rope") == plan.index("token_rms") + 1
+
+
 def test_table3_comparison_skips_a_base_without_the_papers_value_of_the_row():
     """Our reference translation base has no dropout and rotary positions: row D's "no dropout"
     is that base itself, and row E's learned positions against it would measure rope -> learned.

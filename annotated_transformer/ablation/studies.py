@@ -102,6 +102,9 @@ def _one(name: str, key: str, values: Sequence[Any], baseline: Any, **study: Any
     return Study(name=name, factors=(factor,), baseline={name: str(baseline)}, **study)
 
 
+# A token vector's size at the start: as the init rule draws it, or rms 1 (TransformerConfig.token_rms).
+_TOKEN_RMS = Factor("token_rms", {"by init": {}, "rms 1": {"model.token_rms": 1.0}})
+
 _ARCHITECTURE = Factor(
     "architecture",
     {
@@ -199,9 +202,28 @@ STUDIES: dict[str, Study] = {
                         "none": {"model.positional": "none"},
                     },
                 ),
-                Factor("token_rms", {"by init": {}, "rms 1": {"model.token_rms": 1.0}}),
+                _TOKEN_RMS,
             ),
             baseline={"positional": "sinusoidal", "token_rms": "by init"},
+        ),
+        Study(
+            name="token_rms_rope",
+            description=(
+                "rotary or sinusoidal positions × a token vector's size at the start (by init or "
+                "rms 1): whether the gain of rms 1 belongs to positions added to the tokens, or "
+                "lifts a rotary model, which adds nothing to them, as well"
+            ),
+            factors=(
+                Factor(
+                    "positional",
+                    {
+                        "rope": {"model.positional": "rope"},
+                        "sinusoidal": {"model.positional": "sinusoidal"},
+                    },
+                ),
+                _TOKEN_RMS,
+            ),
+            baseline={"positional": "rope", "token_rms": "by init"},
         ),
         _one("norm", "model.norm", ("layernorm", "rmsnorm"), "layernorm", description="the norm"),
         _one(
@@ -354,7 +376,15 @@ PLAN: dict[str, tuple[str, ...]] = {
         "width",
         "dropout",
     ),
-    "multi30k": ("architecture", "label_smoothing", "heads", "positional", "token_rms", "table3"),
+    "multi30k": (
+        "architecture",
+        "label_smoothing",
+        "heads",
+        "positional",
+        "token_rms",
+        "token_rms_rope",
+        "table3",
+    ),
     "cmn-eng": ("factorial",),
 }
 
@@ -363,10 +393,12 @@ PLAN: dict[str, tuple[str, ...]] = {
 # baseline), yet none survived Holm's correction over its 5 comparisons: Welch's test had 2 to 4
 # degrees of freedom, and the baseline's seeds spanned 3.5 BLEU. Seeds 3 and 4 follow. The
 # token_rms study's cells "by init" are that study's sinusoidal and none runs, 5 seeds each (its
-# sinusoidal seeds span 6 BLEU): its other two cells get 5 too.
+# sinusoidal seeds span 6 BLEU): its other two cells get 5 too. The token_rms_rope study reuses
+# three of its cells from those two studies (5 seeds each), so its rotary cell at rms 1 gets 5.
 PLAN_SEEDS: dict[tuple[str, str], int] = {
     ("multi30k", "positional"): 5,
     ("multi30k", "token_rms"): 5,
+    ("multi30k", "token_rms_rope"): 5,
 }
 
 
