@@ -102,8 +102,21 @@ def _one(name: str, key: str, values: Sequence[Any], baseline: Any, **study: Any
     return Study(name=name, factors=(factor,), baseline={name: str(baseline)}, **study)
 
 
-# A token vector's size at the start: as the init rule draws it, or rms 1 (TransformerConfig.token_rms).
-_TOKEN_RMS = Factor("token_rms", {"by init": {}, "rms 1": {"model.token_rms": 1.0}})
+def _token_rms_study(name: str, encodings: tuple[str, str], description: str) -> Study:
+    """Two positional encodings × a token vector's size at the start (as the init rule draws it,
+    or rms 1 by ``TransformerConfig.token_rms``): a 2×2 factorial whose baseline is the first
+    encoding with tokens by init."""
+    positional = Factor(
+        "positional", {encoding: {"model.positional": encoding} for encoding in encodings}
+    )
+    size = Factor("token_rms", {"by init": {}, "rms 1": {"model.token_rms": 1.0}})
+    return Study(
+        name=name,
+        description=description,
+        factors=(positional, size),
+        baseline={"positional": encodings[0], "token_rms": "by init"},
+    )
+
 
 _ARCHITECTURE = Factor(
     "architecture",
@@ -187,43 +200,19 @@ STUDIES: dict[str, Study] = {
             description="how the model knows where a token is",
             vaswani_rows="E",
         ),
-        Study(
-            name="token_rms",
-            description=(
-                "sinusoidal or no positions × a token vector's size at the start (as the init "
-                "rule draws it, or rms 1): a 2×2 factorial testing chapter 09's hypothesis that "
-                "sinusoids lose where the tokens start smaller than the positions added to them"
-            ),
-            factors=(
-                Factor(
-                    "positional",
-                    {
-                        "sinusoidal": {"model.positional": "sinusoidal"},
-                        "none": {"model.positional": "none"},
-                    },
-                ),
-                _TOKEN_RMS,
-            ),
-            baseline={"positional": "sinusoidal", "token_rms": "by init"},
+        _token_rms_study(
+            "token_rms",
+            ("sinusoidal", "none"),
+            "sinusoidal or no positions × a token vector's size at the start (as the init rule "
+            "draws it, or rms 1): a 2×2 factorial testing chapter 09's hypothesis that sinusoids "
+            "lose where the tokens start smaller than the positions added to them",
         ),
-        Study(
-            name="token_rms_rope",
-            description=(
-                "rotary or sinusoidal positions × a token vector's size at the start (by init or "
-                "rms 1): whether the gain of rms 1 belongs to positions added to the tokens, or "
-                "lifts a rotary model, which adds nothing to them, as well"
-            ),
-            factors=(
-                Factor(
-                    "positional",
-                    {
-                        "rope": {"model.positional": "rope"},
-                        "sinusoidal": {"model.positional": "sinusoidal"},
-                    },
-                ),
-                _TOKEN_RMS,
-            ),
-            baseline={"positional": "rope", "token_rms": "by init"},
+        _token_rms_study(
+            "token_rms_rope",
+            ("rope", "sinusoidal"),
+            "rotary or sinusoidal positions × a token vector's size at the start (by init or rms "
+            "1): whether the gain of rms 1 belongs to positions added to the tokens, or lifts a "
+            "rotary model, which adds nothing to them, as well",
         ),
         _one("norm", "model.norm", ("layernorm", "rmsnorm"), "layernorm", description="the norm"),
         _one(
