@@ -401,19 +401,22 @@ def test_table3_variants_are_the_one_factor_studies_runs_under_other_names():
         assert {label: found[label] for label in pairs} == pairs, study
 
 
+def _runs_by_cell(study: str) -> dict[tuple[str, int], dict]:
+    """The training part of each run of a Multi30k reference study (5 seeds), by (variant, seed)."""
+    from annotated_transformer.ablation.runner import training_part
+
+    return {
+        (c["variant"], c["seed"]): training_part(c)
+        for c in ab.run_configs(study, "multi30k", 5, "reference")
+    }
+
+
 def test_token_rms_study_reuses_the_positional_runs_and_changes_only_the_token_size():
     """Its cells "by init" are the positional study's sinusoidal and none runs (the plan trains
     only the two "rms 1" cells), which differ from them in model.token_rms alone."""
-    from annotated_transformer.ablation.runner import training_part
     from annotated_transformer.experiments import run_key
 
-    def runs(study):
-        return {
-            (c["variant"], c["seed"]): training_part(c)
-            for c in ab.run_configs(study, "multi30k", 5, "reference")
-        }
-
-    positional, token_rms = runs("positional"), runs("token_rms")
+    positional, token_rms = _runs_by_cell("positional"), _runs_by_cell("token_rms")
     assert len(token_rms) == 4 * 5
     for (variant, seed), config in token_rms.items():
         encoding, size = variant.split(", ")
@@ -433,16 +436,10 @@ def test_token_rms_rope_study_trains_only_the_rotary_cell_at_rms_1():
     """Three of its cells are runs of the positional and token_rms studies (rope by init,
     sinusoidal by init and at rms 1); its fourth, rope at rms 1, differs from rope by init in
     model.token_rms alone."""
-    from annotated_transformer.ablation.runner import training_part
     from annotated_transformer.experiments import run_key
 
-    def runs(study):
-        return {
-            (c["variant"], c["seed"]): training_part(c)
-            for c in ab.run_configs(study, "multi30k", 5, "reference")
-        }
-
-    positional, token_rms, rope = runs("positional"), runs("token_rms"), runs("token_rms_rope")
+    positional, token_rms = _runs_by_cell("positional"), _runs_by_cell("token_rms")
+    rope = _runs_by_cell("token_rms_rope")
     stored = {run_key(config) for config in [*positional.values(), *token_rms.values()]}
     assert len(rope) == 4 * 5
     new = {cell for cell, config in rope.items() if run_key(config) not in stored}
