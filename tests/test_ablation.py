@@ -636,6 +636,36 @@ def test_a_smoke_study_writes_records_then_loads_them(tmp_path, monkeypatch):
     assert len(store.records()) == 5  # the summaries' folder holds no records
 
 
+def test_missing_runs_train_seed_by_seed_and_come_back_in_config_order(tmp_path, monkeypatch):
+    # A study stopped part-way must hold whole replicates: seed 0 of every variant first.
+    store = ResultsStore(tmp_path)
+    first = ab.run_study("norm", "multi30k", [1], "smoke", TINY, jobs=1, store=store, log=None)
+    trained = []
+    real_train = ab.runner.train_run
+
+    def recording(config, device):
+        trained.append((config["variant"], config["seed"]))
+        return real_train(config, device=device)
+
+    monkeypatch.setattr(ab.runner, "train_run", recording)
+    records = ab.run_study("norm", "multi30k", 3, "smoke", TINY, jobs=1, store=store, log=None)
+    assert trained == [
+        ("layernorm", 0),
+        ("rmsnorm", 0),
+        ("layernorm", 2),
+        ("rmsnorm", 2),
+    ]  # seed 1 was stored by the first call
+    assert [(r["config"]["variant"], r["config"]["seed"]) for r in records] == [
+        ("layernorm", 0),
+        ("layernorm", 1),
+        ("layernorm", 2),
+        ("rmsnorm", 0),
+        ("rmsnorm", 1),
+        ("rmsnorm", 2),
+    ]
+    assert records[1] == first[0] and records[4] == first[1]
+
+
 def test_two_jobs_give_the_same_numbers_as_one(tmp_path):
     one = ab.run_study(
         "norm", "multi30k", 1, "smoke", TINY, jobs=1, store=ResultsStore(tmp_path / "1"), log=None

@@ -87,8 +87,9 @@ def run_study(
     each worker saves its record as soon as its run ends, so an interrupted study loses at most
     the runs under way, and calling again trains only what is missing. A run with the same
     training config stored by another study (a shared baseline) is reused, not trained again.
-    ``budget_s``: start no new run after that many seconds (the rest stays missing, for the
-    next call). ``rerun=True`` trains every run again. ``checkpoint_root``: each run under way
+    Missing runs train seed by seed (seed 0 of every variant, then seed 1, ...), so a study
+    stopped early compares every variant on the same seeds. ``budget_s``: start no new run after
+    that many seconds (the rest stays missing, for the next call). ``rerun=True`` trains every run again. ``checkpoint_root``: each run under way
     keeps checkpoints in ``checkpoint_root/<run key>/`` (:func:`~.runs.train_run`), so a study
     stopped mid-run continues that run where it was when called again; the folder is deleted
     once the run's record is saved.
@@ -115,6 +116,9 @@ def run_study(
             records[key] = store.load(key)
             continue
         missing.append(config)
+    # Seed 0 of every variant first, then seed 1, ...: a study stopped early (budget_s, or a
+    # stopped plan) holds whole replicates, every variant compared on the same seeds.
+    missing.sort(key=lambda config: config["seed"])  # stable: the variants keep their order
     jobs = resolve_jobs(jobs, len(missing), device)
     say(
         f"study={study}, task={task}, {why}; {len(configs)} runs: {len(records)} stored, "
