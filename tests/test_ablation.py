@@ -666,6 +666,31 @@ def test_missing_runs_train_seed_by_seed_and_come_back_in_config_order(tmp_path,
     assert records[1] == first[0] and records[4] == first[1]
 
 
+def test_describe_lists_a_few_commits_and_counts_many_in_date_order():
+    def record(commit, day, dirty=False):
+        return {
+            "config": {"profile": "reference"},
+            "provenance": {
+                "device": "cpu",
+                "git_commit": commit * 40,
+                "git_dirty": dirty,
+                "date": f"2026-11-{day:02d}T10:00:00+00:00",
+            },
+        }
+
+    few = [record("b", 3), record("a", 2), record("b", 4)]
+    assert ab.describe(few) == (
+        "3 runs; profile reference; device cpu; commit aaaaaaaa, bbbbbbbb; 2026-11-02 to 2026-11-04"
+    )
+    many = [record(c, day, dirty=c == "c") for day, c in enumerate("fedcba9", start=1)]
+    assert ab.describe(many) == (
+        "7 runs; profile reference; device cpu; 7 commits (1 with uncommitted changes), "
+        "ffffffff to 99999999; 2026-11-01 to 2026-11-07"
+    )
+    smoke = [{**few[0], "config": {"profile": "smoke"}}]
+    assert ab.describe(smoke).startswith("SMOKE RUN: proves the pipeline works, not a result.")
+
+
 def test_two_jobs_give_the_same_numbers_as_one(tmp_path):
     one = ab.run_study(
         "norm", "multi30k", 1, "smoke", TINY, jobs=1, store=ResultsStore(tmp_path / "1"), log=None

@@ -18,26 +18,38 @@ from ..experiments import ResultsStore
 from .statistics import factorial_effects, interaction, main_effects, rank, summarize
 from .vaswani import vaswani_comparison
 
+COMMITS_LISTED = 4  # more commits than this are counted, not listed
+
 
 def describe(records: Sequence[dict[str, Any]]) -> str:
     """Which profile(s), device(s), commits and dates produced ``records``: the line that goes
-    next to every table and figure. Smoke records are flagged as not being results."""
+    next to every table and figure. Smoke records are flagged as not being results. Up to
+    :data:`COMMITS_LISTED` commits are listed ("+dirty": uncommitted changes); more are counted,
+    with the first and last by date (each record names its own)."""
     if not records:
         return "no records"
     profiles = sorted({r["config"]["profile"] for r in records})
     devices = sorted({r["provenance"]["device"] for r in records})
-    commits = sorted(
-        {
+    in_order = sorted(records, key=lambda r: r["provenance"]["date"])
+    commits = list(
+        dict.fromkeys(
             r["provenance"]["git_commit"][:8]
             + ("+dirty" if r["provenance"].get("git_dirty") else "")
-            for r in records
-        }
-    )
-    dates = sorted(r["provenance"]["date"][:10] for r in records)
+            for r in in_order
+        )
+    )  # first use first
+    if len(commits) <= COMMITS_LISTED:
+        code = f"commit {', '.join(commits)}"
+    else:
+        dirty = sum(commit.endswith("+dirty") for commit in commits)
+        code = (
+            f"{len(commits)} commits ({dirty} with uncommitted changes), "
+            f"{commits[0]} to {commits[-1]}"
+        )
+    dates = [r["provenance"]["date"][:10] for r in in_order]
     text = (
         f"{len(records)} runs; profile {', '.join(profiles)}; device {'; '.join(devices)}; "
-        f"commit {', '.join(commits)}; {dates[0]}"
-        + (f" to {dates[-1]}" if dates[-1] != dates[0] else "")
+        f"{code}; {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "")
     )
     if "smoke" in profiles:
         text = "SMOKE RUN: proves the pipeline works, not a result. " + text
