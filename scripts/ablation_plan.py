@@ -11,8 +11,9 @@ from its last checkpoint (``runs/ablation/<run key>/``, saved every tenth of the
 once its record is saved), exactly as if it had not stopped. It trains exactly what
 ``papermill chapters/09_ablation.ipynb out.ipynb -p study S -p task T -p profile reference``
 trains, seed 0 of every variant before seed 1, one run at a time with two threads, so that each
-record's wall time is its own. (On a 2-core AMD EPYC, two Tiny Shakespeare runs at once with one thread each gave 1.25x the throughput
-of one run with two threads: 76 s for two runs against 48 s for one.)
+record's wall time is its own. (On a 2-core AMD EPYC, two Tiny Shakespeare runs at once with
+one thread each gave 1.25x the throughput of one run with two threads: 76 s for two runs
+against 48 s for one.)
 """
 
 from __future__ import annotations

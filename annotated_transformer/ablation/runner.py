@@ -89,10 +89,11 @@ def run_study(
     training config stored by another study (a shared baseline) is reused, not trained again.
     Missing runs train seed by seed (seed 0 of every variant, then seed 1, ...), so a study
     stopped early compares every variant on the same seeds. ``budget_s``: start no new run after
-    that many seconds (the rest stays missing, for the next call). ``rerun=True`` trains every run again. ``checkpoint_root``: each run under way
-    keeps checkpoints in ``checkpoint_root/<run key>/`` (:func:`~.runs.train_run`), so a study
-    stopped mid-run continues that run where it was when called again; the folder is deleted
-    once the run's record is saved.
+    that many seconds (the rest stays missing, for the next call). ``rerun=True`` trains every
+    run again. ``checkpoint_root``: each run under way keeps checkpoints in
+    ``checkpoint_root/<run key>/`` (:func:`~.runs.train_run`), so a study stopped mid-run
+    continues that run where it was when called again; the folder is deleted once the run's
+    record is saved.
 
     From a script, call it under ``if __name__ == "__main__":``: spawned workers import the
     script again, and without the guard each would start a study of its own.
