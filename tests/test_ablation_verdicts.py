@@ -248,6 +248,37 @@ def test_a_factorial_claim_counts_the_factors_it_agrees_on():
     )
     (row,) = ab.check_claims(studies, [ab.Claim("factorial", "?")], trivial_of=lambda s: None)
     assert row["verdict"].startswith("ours only")
+    # Trained part-way (a1, b1 not yet run): A's runs at a1 are all at b0, so "a1 wins" would
+    # compare one corner of the design with another. No winners until every cell has a run.
+    part = ab.stored_studies(
+        [r for r in records if r["config"]["factors"] != {"A": "a1", "B": "b1"}]
+    )
+    assert ab.factorial_cells(part[0]) == (3, 4) and ab.factorial_cells(studies[0]) == (4, 4)
+    (row,) = ab.check_claims(part, [claim], trivial_of=lambda study: None)
+    assert row["verdict"] == "cannot judge"
+    assert row["measured"] == "3 of its 4 cells have a run so far: its winners need every cell"
+    # a cell whose only run diverged has no usable run
+    broken = [
+        {**r, "metrics": {"diverged": True}} if r["config"]["factors"]["A"] == "a1" else r
+        for r in records
+        if r["config"]["factors"] != {"A": "a1", "B": "b0"}
+    ]
+    assert ab.factorial_cells(ab.stored_studies(broken)[0]) == (2, 4)
+
+
+def test_the_cmn_eng_factorial_has_sixteen_cells_as_its_study_defines_them():
+    # seed-major order: seed 0 of the first five cells (the baseline cell among them), and a
+    # second seed of the first cell
+    configs = ab.run_configs("factorial", "cmn-eng", 2, "reference")
+    first = [c for c in configs if c["seed"] == 0][:5] + [configs[1]]
+    assert configs[1]["seed"] == 1 and configs[1]["variant"] == first[0]["variant"]
+    records = [
+        {**record("factorial", c["variant"], c["seed"], 20.0, task="cmn-eng"), "config": c}
+        for c in first
+    ]
+    (study,) = ab.stored_studies(records)
+    assert study.baseline == ab.baseline_variant("factorial", "cmn-eng", "reference")
+    assert ab.factorial_cells(study) == (5, 16)
 
 
 @pytest.mark.skipif(

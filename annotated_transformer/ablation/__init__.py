@@ -137,6 +137,7 @@ from .verdicts import (  # noqa: F401
     cost_sentence,
     difference_interval,
     factor_effects,
+    factorial_cells,
     measures_nothing,
     overview,
     plan_progress,

@@ -586,6 +586,32 @@ def factor_effects(
     return rows
 
 
+def factorial_cells(study: StoredStudy) -> tuple[int, int]:
+    """How many cells of a factorial ``study`` have a usable run (a finite metric, not diverged),
+    and how many cells its design has: the product of its factors' levels, as :data:`STUDIES`
+    defines them for the study's task kind (a factor it does not know: the levels its records
+    show, at least 2). Its effects and winners need every cell: a factorial trained part-way
+    (seed 0 of a few cells first) would compare one corner of the design with another."""
+    factors = list(study.records[0]["config"]["factors"])
+    usable = [
+        r
+        for r in study.records
+        if isinstance(r["metrics"].get(study.metric), (int, float))
+        and math.isfinite(r["metrics"][study.metric])
+        and not r["metrics"].get("diverged")
+    ]
+    with_runs = {tuple(r["config"]["factors"][f] for f in factors) for r in usable}
+    defined = {f.name: f for f in STUDIES[study.study].factors} if study.study in STUDIES else {}
+    kind = task_kind(study.task) if study.task in TASKS else ""
+    design = math.prod(
+        len(defined[f].labels(kind))
+        if f in defined and kind
+        else max(2, len({r["config"]["factors"][f] for r in study.records}))
+        for f in factors
+    )
+    return len(with_runs), design
+
+
 @dataclass(frozen=True)
 class Claim:
     """A claim of a source report about a study: ``variant`` against ``other``, which it says is
@@ -630,7 +656,8 @@ def check_claims(
     ``at_trivial_level`` says whether that study's baseline sits at its trivial level
     (``trivial_of``, :func:`trivial_baseline` by default): then it measures nothing. A factorial
     claim lists the winners of :func:`factor_effects` and, where the claim names the report's,
-    on how many factors they agree."""
+    on how many factors they agree; until every cell has a run (:func:`factorial_cells`) it
+    cannot judge."""
     rows = []
     for claim in claims:
         found = False
@@ -649,6 +676,15 @@ def check_claims(
                 "at_trivial_level": measures_nothing(study, trivial_of),
             }
             if not claim.variant:
+                with_runs, design = factorial_cells(study)
+                if with_runs < design:
+                    row["measured"] = (
+                        f"{with_runs} of its {design} cells have a run so far: "
+                        "its winners need every cell"
+                    )
+                    row["verdict"] = "cannot judge"
+                    rows.append(row)
+                    continue
                 effects = factor_effects(study.records, study.metric, study.higher_is_better)
                 winners = [f"{e['factor']}: {e['winner']}" for e in effects if e["winner"]]
                 row["measured"] = "; ".join(winners) or "no factor beyond seed noise"
