@@ -135,6 +135,11 @@ def test_sentences_say_when_the_baseline_sits_at_the_trivial_level():
     assert "heads=1 better (-0.070 nats" in near[1]
     far = ab.study_sentences(study, bigram(value=3.0)(study))
     assert "the baseline is 0.530 nats better" in far[0]
+    assert "(heads=8) reaches 2.470 nats over 3 runs;" in far[0]
+    (one,) = ab.stored_studies(heads_study({"1": [2.40], "8": [2.47]}))  # a first seed only
+    first = ab.study_sentences(one, bigram(value=3.0)(one))
+    assert "reaches 2.470 nats over 1 run;" in first[0]
+    assert first[1] == "No variant can be judged: a comparison needs at least 2 runs on each side."
     trivial = bigram(value=2.50)(study)
     assert ab.at_trivial_level(2.46, trivial, False) and not ab.at_trivial_level(
         2.44, trivial, False
