@@ -347,8 +347,9 @@ def study_sentences(
     if base is not None and trivial is not None:
         margin, _ = _margin(study.metric)
         line = (
-            f"The baseline ({_named(study, base['variant'])}) reaches {base['mean']:.3f} {unit} over "
-            f"{base['n']} run{'s' if base['n'] != 1 else ''}; the {trivial.name} level is {trivial.value:.3f} {unit}: "
+            f"The baseline ({_named(study, base['variant'])}) reaches {base['mean']:.3f} {unit} "
+            f"over {base['n']} run{'s' if base['n'] != 1 else ''}; "
+            f"the {trivial.name} level is {trivial.value:.3f} {unit}: "
         )
         if at_trivial_level(base["mean"], trivial, study.higher_is_better):
             line += (
