@@ -249,7 +249,8 @@ def test_a_factorial_claim_counts_the_factors_it_agrees_on():
     claim = ab.Claim("factorial", "a1 and b1 win", winners=(("A", "a1"), ("B", "b1")))
     (row,) = ab.check_claims(studies, [claim], trivial_of=lambda study: None)
     assert (
-        row["measured"] == "A: a1" and row["verdict"] == "agrees on 1 of 2 factors (1 within noise)"
+        row["measured"] == "A: a1 (over the 3 seeds every cell has)"
+        and row["verdict"] == "agrees on 1 of 2 factors (1 within noise)"
     )
     (row,) = ab.check_claims(studies, [ab.Claim("factorial", "?")], trivial_of=lambda s: None)
     assert row["verdict"].startswith("ours only")
@@ -269,6 +270,50 @@ def test_a_factorial_claim_counts_the_factors_it_agrees_on():
         if r["config"]["factors"] != {"A": "a1", "B": "b0"}
     ]
     assert ab.factorial_cells(ab.stored_studies(broken)[0]) == (2, 4)
+
+
+def test_a_factorial_seed_still_under_way_does_not_tilt_the_main_effects():
+    """Seeds 0-2 in every cell, B worth +2 and A nothing; four more seeds of the cell (a1, b1)
+    alone (seeds under way, trained seed-major). Pooled over every run, a1's mean leans on b1's
+    cells and A reads +0.4; over the seeds every cell has it reads 0."""
+
+    def run(a, b, seed, value):
+        return record(
+            "factorial",
+            f"a{a}, b{b}",
+            seed,
+            value,
+            task="multi30k",
+            factors={"A": f"a{a}", "B": f"b{b}"},
+            baseline=(a, b) == (0, 0),
+        )
+
+    complete = [
+        run(a, b, seed, 10 + 2 * b + noise)
+        for a in (0, 1)
+        for b in (0, 1)
+        for seed, noise in enumerate((-0.01, 0.01, 0.0))
+    ]
+    extra = [run(1, 1, seed, 12.0) for seed in range(3, 7)]
+    (study,) = ab.stored_studies(complete + extra)
+    runs, seeds = ab.balanced_runs(study)
+    assert seeds == [0, 1, 2] and len(runs) == 12
+    assert {r["config"]["seed"] for r in runs} == {0, 1, 2}
+    pooled = {e["factor"]: e["effect"] for e in ab.factor_effects(study.records, "test_bleu", True)}
+    assert pooled["A"] == pytest.approx(0.4, abs=0.01)  # the tilt: a1 holds 7 runs at b1, 3 at b0
+    fair = {e["factor"]: e["effect"] for e in ab.factor_effects(runs, "test_bleu", True)}
+    assert fair["A"] == pytest.approx(0.0, abs=1e-9) and fair["B"] == pytest.approx(2.0)
+    claim = ab.Claim("factorial", "b1 wins, A does not matter", winners=(("B", "b1"),))
+    (row,) = ab.check_claims([study], [claim], trivial_of=lambda study: None)
+    assert row["measured"] == "B: b1 (over the 3 seeds every cell has)"
+    assert row["verdict"] == "agrees on 1 of 1 factors"
+    # a cell without a run of some seed: that seed is not complete; no cell at all: none is
+    (part,) = ab.stored_studies(
+        [r for r in complete if r["config"]["seed"] != 2 or r is complete[0]]
+    )
+    assert ab.balanced_runs(part)[1] == [0, 1]
+    (empty,) = ab.stored_studies(complete[:9])  # (a1, b1) has no run
+    assert ab.balanced_runs(empty) == ([], [])
 
 
 def test_the_cmn_eng_factorial_has_sixteen_cells_as_its_study_defines_them():

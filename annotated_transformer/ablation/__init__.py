@@ -133,6 +133,7 @@ from .verdicts import (  # noqa: F401
     StoredStudy,
     TrivialBaseline,
     at_trivial_level,
+    balanced_runs,
     check_claims,
     cost_sentence,
     difference_interval,

@@ -324,6 +324,10 @@ def at_trivial_level(level: float, trivial: TrivialBaseline, higher_is_better: b
     return gain <= margin
 
 
+def _count_seeds(seeds: int) -> str:
+    return "the 1 seed" if seeds == 1 else f"the {seeds} seeds"
+
+
 def _count(comparisons: int) -> str:
     return f"{comparisons} comparison{'s' if comparisons != 1 else ''}"
 
@@ -587,30 +591,59 @@ def factor_effects(
     return rows
 
 
-def factorial_cells(study: StoredStudy) -> tuple[int, int]:
-    """How many cells of a factorial ``study`` have a usable run (a finite metric, not diverged),
-    and how many cells its design has: the product of its factors' levels, as :data:`STUDIES`
-    defines them for the study's task kind (a factor it does not know: the levels its records
-    show, at least 2). Its effects and winners need every cell: a factorial trained part-way
-    (seed 0 of a few cells first) would compare one corner of the design with another."""
-    factors = list(study.records[0]["config"]["factors"])
-    usable = [
+def _usable_runs(study: StoredStudy) -> list[dict[str, Any]]:
+    """The runs of ``study`` with a finite metric that did not diverge."""
+    return [
         r
         for r in study.records
         if isinstance(r["metrics"].get(study.metric), (int, float))
         and math.isfinite(r["metrics"][study.metric])
         and not r["metrics"].get("diverged")
     ]
-    with_runs = {tuple(r["config"]["factors"][f] for f in factors) for r in usable}
+
+
+def _design_size(study: StoredStudy) -> int:
+    """How many cells a factorial ``study``'s design has: the product of its factors' levels, as
+    :data:`STUDIES` defines them for the study's task kind (a factor it does not know: the
+    levels its records show, at least 2)."""
+    factors = list(study.records[0]["config"]["factors"])
     defined = {f.name: f for f in STUDIES[study.study].factors} if study.study in STUDIES else {}
     kind = task_kind(study.task) if study.task in TASKS else ""
-    design = math.prod(
+    return math.prod(
         len(defined[f].labels(kind))
         if f in defined and kind
         else max(2, len({r["config"]["factors"][f] for r in study.records}))
         for f in factors
     )
-    return len(with_runs), design
+
+
+def factorial_cells(study: StoredStudy) -> tuple[int, int]:
+    """How many cells of a factorial ``study`` have a usable run (a finite metric, not diverged),
+    and how many cells its design has (:data:`STUDIES`' levels of its factors). Its effects and
+    winners need every cell: a factorial trained part-way (seed 0 of a few cells first) would
+    compare one corner of the design with another."""
+    factors = list(study.records[0]["config"]["factors"])
+    with_runs = {tuple(r["config"]["factors"][f] for f in factors) for r in _usable_runs(study)}
+    return len(with_runs), _design_size(study)
+
+
+def balanced_runs(study: StoredStudy) -> tuple[list[dict[str, Any]], list[int]]:
+    """The usable runs of the seeds that every cell of a factorial ``study`` has, and those
+    seeds: the balanced design that a main effect pooled over runs assumes
+    (:func:`factor_effects`, :func:`~annotated_transformer.ablation.statistics.main_effects`).
+    A seed still under way (seed 1 of a few cells) would weight those cells twice and tilt
+    every factor's mean towards them; its runs wait until the seed is complete. Empty while
+    some cell has no run."""
+    factors = list(study.records[0]["config"]["factors"])
+    cells_of: dict[int, set[tuple[str, ...]]] = {}
+    usable = _usable_runs(study)
+    for r in usable:
+        cells_of.setdefault(r["config"]["seed"], set()).add(
+            tuple(r["config"]["factors"][f] for f in factors)
+        )
+    design = _design_size(study)
+    seeds = sorted(seed for seed, cells in cells_of.items() if len(cells) == design)
+    return [r for r in usable if r["config"]["seed"] in seeds], seeds
 
 
 @dataclass(frozen=True)
@@ -656,9 +689,9 @@ def check_claims(
     difference beyond :data:`SAME_MARGIN` is not ruled out), ``cannot judge``, or ``not stored``.
     ``at_trivial_level`` says whether that study's baseline sits at its trivial level
     (``trivial_of``, :func:`trivial_baseline` by default): then it measures nothing. A factorial
-    claim lists the winners of :func:`factor_effects` and, where the claim names the report's,
-    on how many factors they agree; until every cell has a run (:func:`factorial_cells`) it
-    cannot judge."""
+    claim lists the winners of :func:`factor_effects` over the seeds every cell has
+    (:func:`balanced_runs`) and, where the claim names the report's, on how many factors they
+    agree; until every cell has a run (:func:`factorial_cells`) it cannot judge."""
     rows = []
     for claim in claims:
         found = False
@@ -686,9 +719,12 @@ def check_claims(
                     row["verdict"] = "cannot judge"
                     rows.append(row)
                     continue
-                effects = factor_effects(study.records, study.metric, study.higher_is_better)
+                runs, seeds = balanced_runs(study)
+                effects = factor_effects(runs, study.metric, study.higher_is_better)
                 winners = [f"{e['factor']}: {e['winner']}" for e in effects if e["winner"]]
-                row["measured"] = "; ".join(winners) or "no factor beyond seed noise"
+                row["measured"] = ("; ".join(winners) or "no factor beyond seed noise") + (
+                    f" (over {_count_seeds(len(seeds))} every cell has)"
+                )
                 expected = dict(claim.winners)
                 judged = [e for e in effects if e["factor"] in expected]
                 if judged:
