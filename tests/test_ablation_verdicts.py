@@ -314,6 +314,12 @@ def test_a_factorial_seed_still_under_way_does_not_tilt_the_main_effects():
     assert ab.balanced_runs(part)[1] == [0, 1]
     (empty,) = ab.stored_studies(complete[:9])  # (a1, b1) has no run
     assert ab.balanced_runs(empty) == ([], [])
+    # every cell has a run, but no seed has one in every cell: nothing to read yet
+    (crossed,) = ab.stored_studies([r for r in complete if r["config"]["seed"] == 0][:3] + extra)
+    assert ab.factorial_cells(crossed) == (4, 4) and ab.balanced_runs(crossed) == ([], [])
+    (row,) = ab.check_claims([crossed], [claim], trivial_of=lambda study: None)
+    assert row["verdict"] == "cannot judge"
+    assert row["measured"] == "no seed has a usable run in all 4 cells yet"
 
 
 def test_the_cmn_eng_factorial_has_sixteen_cells_as_its_study_defines_them():

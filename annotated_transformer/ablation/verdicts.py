@@ -720,6 +720,11 @@ def check_claims(
                     rows.append(row)
                     continue
                 runs, seeds = balanced_runs(study)
+                if not seeds:  # every cell has a run, but of different seeds (one diverged)
+                    row["measured"] = f"no seed has a usable run in all {design} cells yet"
+                    row["verdict"] = "cannot judge"
+                    rows.append(row)
+                    continue
                 effects = factor_effects(runs, study.metric, study.higher_is_better)
                 winners = [f"{e['factor']}: {e['winner']}" for e in effects if e["winner"]]
                 row["measured"] = ("; ".join(winners) or "no factor beyond seed noise") + (
