@@ -292,3 +292,24 @@ def test_factorial_effects_with_one_run_per_cell_cannot_judge_and_an_empty_cell_
     assert all(math.isfinite(row["effect"]) for row in rows)
     with pytest.raises(ValueError, match="needs a run in each of the 16 cells; 1 have none"):
         ab.factorial_effects(records[1:], "y")
+
+
+def test_every_reader_skips_the_same_unusable_runs():
+    """A NaN metric, a diverged run with a stale metric, a bool and a missing metric count
+    nowhere: every summary, effect and verdict reads the runs :func:`ab.usable_runs` keeps."""
+    clean = _factorial_records(seeds=2, noise_seed=2)
+    factors = clean[0]["config"]
+    junk = [
+        {"config": factors, "metrics": {"y": math.nan}},
+        {"config": factors, "metrics": {"y": 1000.0, "diverged": True, "diverged_at": 7}},
+        {"config": factors, "metrics": {"y": True}},
+        {"config": factors, "metrics": {}},
+    ]
+    records = clean[:5] + junk + clean[5:]
+    assert ab.usable_runs(records, "y") == clean
+    assert [ab.is_usable(r, "y") for r in junk] == [False] * 4
+    assert ab.main_effects(records, "y") == ab.main_effects(clean, "y")
+    assert ab.interaction(records, "y", "A", "C") == ab.interaction(clean, "y", "A", "C")
+    assert ab.factorial_effects(records, "y") == ab.factorial_effects(clean, "y")
+    assert ab.factor_effects(records, "y", True) == ab.factor_effects(clean, "y", True)
+    assert ab.variant_values(records, "y") == ab.variant_values(clean, "y")

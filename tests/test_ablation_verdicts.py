@@ -480,3 +480,7 @@ def test_seed_spread_reads_the_shared_baseline_and_the_difference_three_seeds_re
         [1.0, 1.02, 1.01], [1.0, 1.02, 1.01], equal_var=False
     ).confidence_interval()
     assert math.isclose(high, expected, rel_tol=1e-6)
+
+
+def test_counted_pluralises_unless_one():
+    assert [ab.counted(n, "seed") for n in (0, 1, 2)] == ["0 seeds", "1 seed", "2 seeds"]

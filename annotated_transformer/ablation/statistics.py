@@ -21,15 +21,33 @@ def default_metric(task: str) -> tuple[str, bool]:
     return ("test_bleu", True) if task_kind(task) == "translation" else ("valid_loss", False)
 
 
+def is_usable(record: dict[str, Any], metric: str) -> bool:
+    """Whether the run ``record`` counts in a study's statistics: its ``metric`` is a finite
+    number and the run did not diverge (a diverged run stores no metric; records are written
+    only finite, so the other checks guard records made by hand)."""
+    value = record["metrics"].get(metric)
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and not record["metrics"].get("diverged")
+    )
+
+
+def usable_runs(records: Iterable[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """The runs of ``records`` that count in a study's statistics (:func:`is_usable`), in order:
+    the one filter that every summary, effect and verdict reads."""
+    return [record for record in records if is_usable(record, metric)]
+
+
 def variant_values(records: Iterable[dict[str, Any]], metric: str) -> dict[str, list[float]]:
-    """Variant label -> the metric of each of its runs (in record order; diverged runs skipped)."""
+    """Variant label -> the metric of each of its usable runs (:func:`is_usable`, in record
+    order); a variant with none maps to an empty list."""
     values: dict[str, list[float]] = {}
     for record in records:
-        label = record["config"]["variant"]
-        values.setdefault(label, [])
-        value = record["metrics"].get(metric)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            values[label].append(float(value))
+        runs = values.setdefault(record["config"]["variant"], [])
+        if is_usable(record, metric):
+            runs.append(float(record["metrics"][metric]))
     return values
 
 
@@ -209,11 +227,7 @@ def main_effects(records: Sequence[dict[str, Any]], metric: str) -> list[dict[st
     ``effect``, the level's mean minus the grand mean (in a balanced design the other factors
     average out). For two-level factors ``difference`` is the second level's mean minus the
     first's, the classic main effect."""
-    usable = [
-        r
-        for r in records
-        if isinstance(r["metrics"].get(metric), (int, float)) and not r["metrics"].get("diverged")
-    ]
+    usable = usable_runs(records, metric)
     if not usable:
         return []
     grand = mean(float(r["metrics"][metric]) for r in usable)
@@ -250,10 +264,8 @@ def interaction(
     changes (0: no interaction, the effects add)."""
     cells: dict[tuple[str, str], list[float]] = {}
     rows, columns = [], []
-    for record in records:
-        value = record["metrics"].get(metric)
-        if not isinstance(value, (int, float)) or record["metrics"].get("diverged"):
-            continue
+    for record in usable_runs(records, metric):
+        value = record["metrics"][metric]
         a, b = record["config"]["factors"][first], record["config"]["factors"][second]
         rows += [a] if a not in rows else []
         columns += [b] if b not in columns else []
@@ -289,13 +301,7 @@ def factorial_effects(
     import numpy as np
     from scipy import stats
 
-    usable = [
-        r
-        for r in records
-        if isinstance(r["metrics"].get(metric), (int, float))
-        and math.isfinite(r["metrics"][metric])
-        and not r["metrics"].get("diverged")
-    ]
+    usable = usable_runs(records, metric)
     if not usable:
         return []
     factors = list(usable[0]["config"]["factors"])

@@ -20,7 +20,15 @@ from ..metrics import t_quantile
 from ..task_options import canonical_task
 from .configs import run_configs
 from .runner import training_part
-from .statistics import default_metric, holm, judge, rank, summarize, variant_values
+from .statistics import (
+    default_metric,
+    holm,
+    judge,
+    rank,
+    summarize,
+    usable_runs,
+    variant_values,
+)
 from .studies import PLAN, STUDIES, TASKS, plan_seeds, task_kind
 
 # The newest and largest profiles first: a study stored at several sizes is read at its largest.
@@ -324,12 +332,9 @@ def at_trivial_level(level: float, trivial: TrivialBaseline, higher_is_better: b
     return gain <= margin
 
 
-def _count_seeds(seeds: int) -> str:
-    return "the 1 seed" if seeds == 1 else f"the {seeds} seeds"
-
-
-def _count(comparisons: int) -> str:
-    return f"{comparisons} comparison{'s' if comparisons != 1 else ''}"
+def counted(number: int, noun: str) -> str:
+    """``number`` and ``noun``, plural unless one: ``"1 seed"``, ``"3 seeds"``, ``"0 runs"``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def _named(study: StoredStudy, variant: str) -> str:
@@ -370,7 +375,7 @@ def study_sentences(
         lines.append("No variant can be judged: a comparison needs at least 2 runs on each side.")
     elif beyond:
         lines.append(
-            f"Beyond seed noise after Holm's correction over {_count(len(compared))}: "
+            f"Beyond seed noise after Holm's correction over {counted(len(compared), 'comparison')}: "
             + "; ".join(
                 f"{_named(study, row['variant'])} {row['verdict']} ({row['difference']:+.3f} {unit}, 95% "
                 f"interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f}, "
@@ -382,7 +387,7 @@ def study_sentences(
     else:
         lines.append(
             f"No variant differs from the baseline beyond seed noise after Holm's correction "
-            f"over {_count(len(compared))}."
+            f"over {counted(len(compared), 'comparison')}."
         )
     cost = _cost_sentence(study, rows)
     if cost is not None:
@@ -557,11 +562,7 @@ def factor_effects(
     ``winner``: the better level when the adjusted p is below ``alpha``, else ``None``. The runs
     at a level mix the cells of the other factors, which widens the interval: a factor called
     a winner here has won across them."""
-    usable = [
-        r
-        for r in records
-        if isinstance(r["metrics"].get(metric), (int, float)) and not r["metrics"].get("diverged")
-    ]
+    usable = usable_runs(records, metric)
     rows = []
     for factor in usable[0]["config"]["factors"] if usable else []:
         levels: dict[str, list[float]] = {}
@@ -591,17 +592,6 @@ def factor_effects(
     return rows
 
 
-def _usable_runs(study: StoredStudy) -> list[dict[str, Any]]:
-    """The runs of ``study`` with a finite metric that did not diverge."""
-    return [
-        r
-        for r in study.records
-        if isinstance(r["metrics"].get(study.metric), (int, float))
-        and math.isfinite(r["metrics"][study.metric])
-        and not r["metrics"].get("diverged")
-    ]
-
-
 def _design_size(study: StoredStudy) -> int:
     """How many cells a factorial ``study``'s design has: the product of its factors' levels, as
     :data:`STUDIES` defines them for the study's task kind (a factor it does not know: the
@@ -623,7 +613,10 @@ def factorial_cells(study: StoredStudy) -> tuple[int, int]:
     winners need every cell: a factorial trained part-way (seed 0 of a few cells first) would
     compare one corner of the design with another."""
     factors = list(study.records[0]["config"]["factors"])
-    with_runs = {tuple(r["config"]["factors"][f] for f in factors) for r in _usable_runs(study)}
+    with_runs = {
+        tuple(r["config"]["factors"][f] for f in factors)
+        for r in usable_runs(study.records, study.metric)
+    }
     return len(with_runs), _design_size(study)
 
 
@@ -636,7 +629,7 @@ def balanced_runs(study: StoredStudy) -> tuple[list[dict[str, Any]], list[int]]:
     some cell has no run."""
     factors = list(study.records[0]["config"]["factors"])
     cells_of: dict[int, set[tuple[str, ...]]] = {}
-    usable = _usable_runs(study)
+    usable = usable_runs(study.records, study.metric)
     for r in usable:
         cells_of.setdefault(r["config"]["seed"], set()).add(
             tuple(r["config"]["factors"][f] for f in factors)
@@ -728,7 +721,7 @@ def check_claims(
                 effects = factor_effects(runs, study.metric, study.higher_is_better)
                 winners = [f"{e['factor']}: {e['winner']}" for e in effects if e["winner"]]
                 row["measured"] = ("; ".join(winners) or "no factor beyond seed noise") + (
-                    f" (over {_count_seeds(len(seeds))} every cell has)"
+                    f" (over the {counted(len(seeds), 'seed')} every cell has)"
                 )
                 expected = dict(claim.winners)
                 judged = [e for e in effects if e["factor"] in expected]
