@@ -375,7 +375,8 @@ def study_sentences(
         lines.append("No variant can be judged: a comparison needs at least 2 runs on each side.")
     elif beyond:
         lines.append(
-            f"Beyond seed noise after Holm's correction over {counted(len(compared), 'comparison')}: "
+            "Beyond seed noise after Holm's correction over "
+            f"{counted(len(compared), 'comparison')}: "
             + "; ".join(
                 f"{_named(study, row['variant'])} {row['verdict']} ({row['difference']:+.3f} {unit}, 95% "
                 f"interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f}, "
