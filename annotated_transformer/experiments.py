@@ -70,15 +70,27 @@ def device_name(device: str | torch.device | None = None) -> str:
     return f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
-def code_version() -> dict[str, Any]:
-    """The git commit of this checkout and whether tracked files differ from it.
+def code_version(checkout: Path | None = None) -> dict[str, Any]:
+    """The git commit of this checkout (``checkout``: a folder in it; this package's by
+    default) and whether tracked files differ from it.
 
     ``git_commit`` is ``"unknown"`` outside a git checkout; ``git_dirty`` says whether tracked
-    files differed from that commit (then the commit alone does not reproduce the run).
+    files differed from that commit (then the commit alone does not reproduce the run). Files
+    under ``results/`` do not count: they are the stored records, which no run reads, and a
+    record or summary written by the previous run is often not committed yet when the next
+    one starts.
     """
-    here = Path(__file__).resolve().parent
+    here = checkout or Path(__file__).resolve().parent
     commit = _git("rev-parse", "HEAD", cwd=here)
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=here)
+    status = _git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)",
+        ":(top,exclude)results",
+        cwd=here,
+    )
     return {"git_commit": commit or "unknown", "git_dirty": bool(status) if commit else None}
 
 

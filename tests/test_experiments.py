@@ -48,6 +48,36 @@ def test_provenance_without_git_says_unknown(monkeypatch):
     assert record["git_commit"] == "unknown" and record["git_dirty"] is None
 
 
+def test_code_version_is_dirty_for_changed_code_but_not_for_changed_results(tmp_path):
+    import subprocess
+
+    from annotated_transformer.experiments import code_version
+
+    def git(*arguments):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *arguments],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    (tmp_path / "package").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "package" / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "record.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    inside = tmp_path / "package"  # asked from a folder below the top, like the package's own
+    clean = code_version(inside)
+    assert len(clean["git_commit"]) == 40 and clean["git_dirty"] is False
+    (tmp_path / "results" / "record.json").write_text('{"summary": 1}\n')  # a record rewritten
+    (tmp_path / "results" / "new.json").write_text("{}\n")  # and a new one, untracked
+    assert code_version(inside)["git_dirty"] is False
+    (tmp_path / "package" / "code.py").write_text("x = 2\n")  # the code changed: dirty
+    assert code_version(inside)["git_dirty"] is True
+
+
 def test_save_and_load_round_trip(tmp_path):
     store = ResultsStore(tmp_path)
     key = run_key(CONFIG)
