@@ -125,6 +125,43 @@ def test_verdict_table_reads_holm_in_the_direction_of_quality():
     assert bleu["1"]["verdict"] == "worse"
 
 
+def test_a_variant_with_the_baselines_own_runs_is_not_a_comparison():
+    """Table 3's P_drop=0.0 under a base without dropout: the runner stores the base's runs
+    under the row's name. Compared with itself it could never differ; it leaves Holm's family."""
+    values = {"base": [25.0, 26.0, 24.5], "h=1": [20.0, 20.5, 19.8], "h=4": [25.2, 26.1, 24.0]}
+    runs = [
+        record("table3", label, seed, value, baseline=label == "base")
+        for label, seeds in values.items()
+        for seed, value in enumerate(seeds)
+    ]
+    twins = [
+        {**r, "config": {**r["config"], "variant": "P_drop=0.0", "baseline": False}}
+        for r in runs
+        if r["config"]["variant"] == "base"
+    ]
+    # Not a twin: the base's config but other metrics (a run trained again, say), or one seed short.
+    other = [
+        {**r, "config": {**r["config"], "variant": "again"}, "metrics": {"valid_loss": 30.0 + i}}
+        for i, r in enumerate(twins)
+    ]
+    short = [{**r, "config": {**r["config"], "variant": "short"}} for r in twins[:2]]
+    assert ab.baseline_twins(runs + twins + other + short) == {"P_drop=0.0"}
+    rows = {r["variant"]: r for r in ab.verdict_table(runs + twins, "valid_loss", False)}
+    assert rows["P_drop=0.0"]["verdict"] == ab.SAME_RUNS
+    assert math.isnan(rows["P_drop=0.0"]["difference"]) and math.isnan(rows["P_drop=0.0"]["p_holm"])
+    assert math.isnan(rows["P_drop=0.0"]["diff_low"])
+    assert rows["P_drop=0.0"]["mean"] == rows["base"]["mean"]  # its mean is still shown
+    # Holm over the two real comparisons, exactly as without the twin.
+    alone = {r["variant"]: r for r in ab.verdict_table(runs, "valid_loss", False)}
+    for label in ("h=1", "h=4"):
+        assert rows[label]["p_holm"] == alone[label]["p_holm"]
+        assert rows[label]["verdict"] == alone[label]["verdict"]
+    smallest = min(rows[label]["p_value"] for label in ("h=1", "h=4"))
+    assert min(rows[label]["p_holm"] for label in ("h=1", "h=4")) == pytest.approx(2 * smallest)
+    (study,) = ab.stored_studies(runs + twins)
+    assert "over 2 comparisons" in " ".join(ab.study_sentences(study, None))
+
+
 def test_sentences_say_when_the_baseline_sits_at_the_trivial_level():
     values = {"1": [2.40, 2.41, 2.39], "8": [2.47, 2.46, 2.48]}
     (study,) = ab.stored_studies(heads_study(values))
@@ -431,6 +468,10 @@ def test_every_stored_study_gets_a_verdict_table_and_sentences():
     for study in studies:
         rows = ab.verdict_table(study.records, study.metric, study.higher_is_better)
         assert sum(row["verdict"] == "baseline" for row in rows) == 1, study.title
+        # No comparison of the baseline with its own runs under another name.
+        twins = ab.baseline_twins(study.records)
+        assert {row["variant"] for row in rows if row["verdict"] == ab.SAME_RUNS} == twins
+        assert all(row["difference"] != 0 or row["variant"] == study.baseline for row in rows)
         assert ab.study_sentences(study, None)
 
 

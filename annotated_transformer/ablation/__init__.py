@@ -80,6 +80,8 @@ from .runs import (  # noqa: F401
     train_run,
 )
 from .statistics import (  # noqa: F401
+    SAME_RUNS,
+    baseline_twins,
     curves,
     default_metric,
     factorial_effects,

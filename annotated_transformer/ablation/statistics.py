@@ -12,7 +12,9 @@ from collections.abc import Iterable, Sequence
 from statistics import mean, stdev
 from typing import Any
 
+from ..experiments import run_key
 from ..metrics import mean_interval
+from .runner import training_part
 from .studies import task_kind
 
 
@@ -153,6 +155,26 @@ def holm_verdicts(rows: Sequence[dict[str, Any]], alpha: float = 0.05) -> None:
             row["verdict"] = "differs" if adjusted < alpha else "within noise"
 
 
+SAME_RUNS = "same runs as baseline"
+
+
+def baseline_twins(records: Sequence[dict[str, Any]]) -> set[str]:
+    """The non-baseline variants of a study whose runs are the baseline's own runs: every one of
+    their records is a baseline record under another name (the same training config, seed
+    included, and the same metrics; only the study, variant and factor names differ), one for
+    each of the baseline's. Table 3's ``P_drop=0.0`` is one under a profile without dropout: the
+    runner reuses the base's runs for it rather than train them twice."""
+    runs: dict[str, set[str]] = {}
+    for record in records:
+        run = {"config": training_part(record["config"]), "metrics": record["metrics"]}
+        runs.setdefault(record["config"]["variant"], set()).add(run_key(run))
+    base = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
+    if len(base) != 1:
+        return set()
+    (label,) = base
+    return {other for other, keys in runs.items() if other != label and keys == runs[label]}
+
+
 def summarize(
     records: Sequence[dict[str, Any]], metric: str, confidence: float = 0.95
 ) -> list[dict[str, Any]]:
@@ -161,11 +183,15 @@ def summarize(
     units) with its Welch ``confidence`` interval (``diff_low``, ``diff_high``), the Welch
     ``p_value``, ``p_holm`` (adjusted by :func:`holm` over all of the study's comparisons with
     the baseline, one family) and the ``verdict`` at ``1 - confidence``: "differs" when
-    ``p_holm`` is below it, "within noise", or "cannot judge" (fewer than 2 runs a side)."""
+    ``p_holm`` is below it, "within noise", or "cannot judge" (fewer than 2 runs a side). A
+    variant whose runs are the baseline's own (:func:`baseline_twins`) is not compared: its
+    ``verdict`` is :data:`SAME_RUNS` and ``same_as`` names the baseline."""
     values = variant_values(records, metric)
     factors = {r["config"]["variant"]: r["config"]["factors"] for r in records}
     baselines = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
-    baseline = values.get(next(iter(baselines))) if baselines else None
+    baseline_label = next(iter(baselines)) if baselines else None
+    baseline = values.get(baseline_label) if baseline_label is not None else None
+    twins = baseline_twins(records)
     diverged: dict[str, int] = {}
     for record in records:
         if record["metrics"].get("diverged"):
@@ -188,7 +214,11 @@ def summarize(
             )
         row["diverged"] = diverged.get(label, 0)
         row["baseline"] = label in baselines
-        if baseline is not None and runs and label not in baselines:
+        if label in twins:
+            # The baseline's own runs under another name: comparing them with themselves would
+            # add a comparison that cannot fail to the Holm family.
+            row.update({"same_as": baseline_label, "verdict": SAME_RUNS})
+        elif baseline is not None and runs and label not in baselines:
             verdict = judge(baseline, runs, 1 - confidence)
             row.update(
                 {

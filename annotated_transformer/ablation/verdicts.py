@@ -21,6 +21,7 @@ from ..task_options import canonical_task
 from .configs import run_configs
 from .runner import training_part
 from .statistics import (
+    SAME_RUNS,
     default_metric,
     holm,
     judge,
@@ -160,7 +161,8 @@ def verdict_table(
     the baseline variant the difference with Welch's 95% interval, the p-value, the p-value
     adjusted by Holm over the study's comparisons, and the verdict of the adjusted value:
     ``better`` or ``worse`` (beyond seed noise), ``within noise``, ``cannot judge`` (fewer than
-    2 runs on a side) or ``baseline``; then what a run of it cost (:func:`variant_costs`)."""
+    2 runs on a side), ``baseline``, or :data:`SAME_RUNS` (a variant whose runs are the
+    baseline's own, not compared); then what a run of it cost (:func:`variant_costs`)."""
     summary = summarize(records, metric)
     costs = variant_costs(records)
     places = {row["variant"]: row["rank"] for row in rank(summary, higher_is_better)}
@@ -176,7 +178,10 @@ def verdict_table(
         }
         low, high = (
             difference_interval(values[base], values[row["variant"]])
-            if base is not None and row["variant"] != base and values[row["variant"]]
+            if base is not None
+            and row["variant"] != base
+            and values[row["variant"]]
+            and "same_as" not in row
             else (math.nan, math.nan)
         )
         out.update(
@@ -189,6 +194,8 @@ def verdict_table(
         )
         if row["baseline"]:
             out["verdict"] = "baseline"
+        elif "same_as" in row:
+            out["verdict"] = SAME_RUNS
         elif math.isnan(out["p_holm"]):
             out["verdict"] = "cannot judge"
         elif out["p_holm"] < alpha:
@@ -369,7 +376,9 @@ def study_sentences(
             gap = abs(base["mean"] - trivial.value)
             line += f"the baseline is {gap:.3f} {unit} better."
         lines.append(line)
-    compared = [row for row in rows if row["verdict"] not in ("baseline", "cannot judge")]
+    compared = [
+        row for row in rows if row["verdict"] not in ("baseline", "cannot judge", SAME_RUNS)
+    ]
     beyond = [row for row in compared if row["verdict"] in ("better", "worse")]
     if not compared:
         lines.append("No variant can be judged: a comparison needs at least 2 runs on each side.")
