@@ -185,12 +185,11 @@ def summarize(
     the baseline, one family) and the ``verdict`` at ``1 - confidence``: "differs" when
     ``p_holm`` is below it, "within noise", or "cannot judge" (fewer than 2 runs a side). A
     variant whose runs are the baseline's own (:func:`baseline_twins`) is not compared: its
-    ``verdict`` is :data:`SAME_RUNS` and ``same_as`` names the baseline."""
+    ``verdict`` is :data:`SAME_RUNS`."""
     values = variant_values(records, metric)
     factors = {r["config"]["variant"]: r["config"]["factors"] for r in records}
     baselines = {r["config"]["variant"] for r in records if r["config"].get("baseline")}
-    baseline_label = next(iter(baselines)) if baselines else None
-    baseline = values.get(baseline_label) if baseline_label is not None else None
+    baseline = values.get(next(iter(baselines))) if baselines else None
     twins = baseline_twins(records)
     diverged: dict[str, int] = {}
     for record in records:
@@ -217,7 +216,7 @@ def summarize(
         if label in twins:
             # The baseline's own runs under another name: comparing them with themselves would
             # add a comparison that cannot fail to the Holm family.
-            row.update({"same_as": baseline_label, "verdict": SAME_RUNS})
+            row["verdict"] = SAME_RUNS
         elif baseline is not None and runs and label not in baselines:
             verdict = judge(baseline, runs, 1 - confidence)
             row.update(

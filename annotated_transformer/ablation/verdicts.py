@@ -181,7 +181,7 @@ def verdict_table(
             if base is not None
             and row["variant"] != base
             and values[row["variant"]]
-            and "same_as" not in row
+            and row.get("verdict") != SAME_RUNS
             else (math.nan, math.nan)
         )
         out.update(
@@ -194,7 +194,7 @@ def verdict_table(
         )
         if row["baseline"]:
             out["verdict"] = "baseline"
-        elif "same_as" in row:
+        elif row.get("verdict") == SAME_RUNS:
             out["verdict"] = SAME_RUNS
         elif math.isnan(out["p_holm"]):
             out["verdict"] = "cannot judge"
