@@ -1,43 +1,37 @@
 """annotated_transformer: the companion package of the annotated-transformer course.
 
-Each module holds what one chapter teaches::
+The top level holds the concepts the chapters derive, one module each::
 
-    attention.py   01  scaled dot-product and multi-head attention, the KV cache
-    masking.py     02  padding and causal masks (True = may attend)
-    positional.py  03  sinusoidal, learned, relative, RoPE, ALiBi, none
-    extrapolation.py 03 the length-extrapolation experiment: per-position loss, in-window check
-    norms.py       04  LayerNorm and RMSNorm from scratch
+    attention.py      01  scaled dot-product and multi-head attention, the KV cache
+    masking.py        02  padding and causal masks (True = may attend)
+    positional.py     03  sinusoidal, learned, relative, RoPE, ALiBi, none
+    extrapolation.py  03  the length-extrapolation experiment: per-position loss, in-window check
+    norms.py          04  LayerNorm and RMSNorm from scratch
     layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
     config.py      05/08  TransformerConfig and TrainConfig, validated; the public check_* helpers
-    model.py       05  the three architectures, build_model, the parameter count
-    optim.py       06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
-    losses.py      07  label smoothing as a KL divergence / cross-entropy
-    decode.py      12  greedy, beam search and sampling on the KV cache (used from 08 on)
-    data/          08  data files, tokenizers, corpora, token-budget batches
-    metrics.py     08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
-    train.py       08  the functions of training: seeding, one update, evaluation, divergence
-    trainer.py     08  the Trainer: the loop (early_stopping.py, resuming.py, run_lock.py,
-                       checkpoint.py, run_state.py, distributed.py beside it)
-    tasks.py       08  build_task, task_from_info: every task by one call; the data-set tasks
-    task_options.py 08 Task, TaskInfo, TASKS, check_options: what a task is and accepts
-    copy_task.py   08  copy_task, copy_batch: the synthetic task that proves the pipeline learns
-    fit.py         08  fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
-    training_log.py 08 the history rows as TensorBoard curves (train --log tensorboard)
-    evaluation.py  08  translate held-out splits (one budget), score_translations (BLEU/chrF)
-    settings.py    08  section.key=value routing for --config/--set and papermill overrides
-    profiles.py    08  run sizes (smoke / cpu / reference / gpu) per task, for chapters 08-10
-    pretrained.py  08  trained models as safetensors + JSON, loaded with no pickle
-    baselines.py   08  unigram and bigram count baselines for language models
-    __main__.py    08  python -m annotated_transformer train|generate|translate|evaluate
-    experiments.py 08  the results store: records with provenance, keyed by their config
-    ablation/      09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
-    attention_maps.py  10  trained models' attention as stored maps, head measures, bertviz
-    cost.py        11  FLOPs and memory of attention and of whole models, in closed form
-    diagrams.py    01-12  the book's diagrams, drawn with matplotlib (the ``book`` extra)
+    model.py          05  the three architectures, build_model, the parameter count
+    optim.py          06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
+    losses.py         07  label smoothing as a KL divergence / cross-entropy
+    metrics.py        08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals
+    attention_maps.py 10  trained models' attention as stored maps, head measures, bertviz
+    cost.py           11  FLOPs and memory of attention and of whole models, in closed form
+    decode.py         12  greedy, beam search and sampling on the KV cache (used from 08 on)
+    __main__.py       08  python -m annotated_transformer train|generate|translate|evaluate
 
-The modules of chapters 08-11, and extrapolation.py, are imported by name
-(``from annotated_transformer import cost``); the names below are the building blocks every
-chapter uses. ``at.diagrams`` is imported on first use, so that the package runs without
+The machinery that trains, stores and ships them lives in wings, one subpackage a concern::
+
+    data/             08  data files, tokenizers, corpora, token-budget batches
+    tasks/            08  what is trained on and at which size: tasks, profiles, settings
+    training/         08  the loop and what keeps a run safe: Trainer, checkpoints, locks
+    results/          08  what a run leaves for readers: the results store, shipped models
+    ablation/         09  ablation studies over seeds, their statistics, Vaswani et al. Table 3
+    book/             --  what only the book needs: its diagrams and the Colab cell
+
+The names below are the building blocks every chapter uses (``at.Trainer``, ``at.build_model``,
+...); modules are imported by their path (``from annotated_transformer import cost``,
+``from annotated_transformer.results import experiments``). The modules that lived at the top
+level before the wings (``at.experiments``, ``at.checkpoint``, ...) are still reachable by their
+old names. ``at.diagrams`` is imported on first use, so that the package runs without
 matplotlib.
 """
 
@@ -48,10 +42,8 @@ from .attention import (
     MultiHeadAttention,
     dot_product_attention,
 )
-from .checkpoint import CheckpointError
 from .config import TrainConfig, TransformerConfig
 from .decode import beam_search, greedy_decode, sample
-from .early_stopping import EarlyStopping
 from .layers import DecoderLayer, EncoderLayer, FeedForward, LayerWeights, Residual
 from .losses import SMOOTHING_CONVENTIONS, LabelSmoothingLoss, entropy, smoothed_targets
 from .masking import causal_mask, combine_masks, decoder_mask, padding_mask, to_torch_blocked
@@ -85,22 +77,58 @@ from .positional import (
     sinusoidal_shift_matrix,
     sinusoidal_table,
 )
-from .resuming import ResumeMismatch
-from .run_lock import RunDirectoryLocked
-from .train import TrainingDiverged, evaluate, seed_everything
-from .trainer import Trainer
+from .training.checkpoint import CheckpointError
+from .training.early_stopping import EarlyStopping
+from .training.resuming import ResumeMismatch
+from .training.run_lock import RunDirectoryLocked
+from .training.train import TrainingDiverged, evaluate, seed_everything
+from .training.trainer import Trainer
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("diagrams",)  # need an optional extra: imported when first used
+# Modules by the name they had at the top level before the wings: ``at.experiments`` and
+# ``from annotated_transformer import checkpoint`` keep working, imported on first use (PEP 562),
+# ``diagrams`` among them because it needs an optional extra (matplotlib).
+_MOVED_MODULES = {
+    **{
+        name: f"training.{name}"
+        for name in (
+            "checkpoint",
+            "distributed",
+            "early_stopping",
+            "fit",
+            "resuming",
+            "run_folder",
+            "run_lock",
+            "run_state",
+            "train",
+            "trainer",
+            "training_log",
+        )
+    },
+    **{
+        name: f"tasks.{name}"
+        for name in (
+            "baselines",
+            "copy_task",
+            "profiles",
+            "settings",
+            "task_options",
+            "train_settings",
+        )
+    },
+    **{name: f"results.{name}" for name in ("evaluation", "experiments", "pretrained")},
+    "diagrams": "book.diagrams",
+    "colab": "book.colab",
+}
 
 
 def __getattr__(name: str) -> object:
-    """``at.diagrams``: the module, imported on first use (PEP 562)."""
-    if name in _LAZY_MODULES:
+    """A module by its old top-level name (``at.experiments``), imported on first use."""
+    if name in _MOVED_MODULES:
         import importlib
 
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_MOVED_MODULES[name]}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

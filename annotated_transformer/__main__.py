@@ -42,22 +42,26 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoint import check_entries, load_model
 from .config import ARCH_CHOICES, TrainConfig, check_non_negative_int
 from .data.tokenizers import tokenizer_from_dict
 from .decode import sample
-from .distributed import DEVICE_CHOICES, init_distributed, resolve_device
-from .evaluation import (
+from .results.evaluation import (
     check_sampling,
     generated_ids,
     score_translations,
     source_batch,
     translate,
 )
-from .fit import fit_task, run_configs
-from .pretrained import is_pretrained, load_pretrained
-from .profiles import profile_names
-from .run_folder import (
+from .results.pretrained import is_pretrained, load_pretrained
+from .tasks import build_task, task_from_info
+from .tasks.profiles import profile_names
+from .tasks.settings import read_config_file, resolve_key
+from .tasks.task_options import TASKS, TaskInfo, check_options, task_spec
+from .tasks.train_settings import resolve_settings, settings_help, train_fields
+from .training.checkpoint import check_entries, load_model
+from .training.distributed import DEVICE_CHOICES, init_distributed, resolve_device
+from .training.fit import fit_task, run_configs
+from .training.run_folder import (
     checkpoint_megabytes,
     default_out,
     parameter_count,
@@ -65,13 +69,9 @@ from .run_folder import (
     resolved_config,
     write_config,
 )
-from .run_lock import RunDirectoryLocked, check_run_directory
-from .settings import read_config_file, resolve_key
-from .task_options import TASKS, TaskInfo, check_options, task_spec
-from .tasks import build_task, task_from_info
-from .train import TrainingDiverged, evaluate
-from .train_settings import resolve_settings, settings_help, train_fields
-from .training_log import LOG_CHOICES, MissingExtra, check_training_log
+from .training.run_lock import RunDirectoryLocked, check_run_directory
+from .training.train import TrainingDiverged, evaluate
+from .training.training_log import LOG_CHOICES, MissingExtra, check_training_log
 
 # Failures a user can cause and fix: one message, no traceback. Anything else is a bug.
 EXPECTED_ERRORS = (ValueError, OSError, TrainingDiverged, RunDirectoryLocked, MissingExtra)

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from .decode import greedy_decode
-from .evaluation import decoding_budget, generated_ids
-from .task_options import TaskInfo
+from .results.evaluation import decoding_budget, generated_ids
+from .tasks.task_options import TaskInfo
 
 STACKS = {"encoder-decoder": ("encoder", "decoder", "cross"), "decoder-only": ("decoder",)}
 

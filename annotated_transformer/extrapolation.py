@@ -39,10 +39,10 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .data.text import LanguageModelCorpus, load_language_model_corpus, sample_windows
-from .experiments import ResultsStore, run_key, run_or_load
 from .model import build_model
 from .optim import build_optimizer, build_scheduler
-from .profiles import EXTRAPOLATION
+from .results.experiments import ResultsStore, run_key, run_or_load
+from .tasks.profiles import EXTRAPOLATION
 
 # "none" first, then the two that change the embeddings, then the three inside attention.
 ENCODINGS = ("none", "sinusoidal", "learned", "relative", "rope", "alibi")

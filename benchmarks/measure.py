@@ -18,7 +18,7 @@ from torch.utils import benchmark
 
 import annotated_transformer as at
 from annotated_transformer.cost import training_flops_per_token
-from annotated_transformer.experiments import device_name
+from annotated_transformer.training.provenance import device_name
 from benchmarks.models import (
     Plan,
     ReferenceDecoderOnly,

@@ -29,7 +29,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 if str(REPOSITORY) not in sys.path:  # `python benchmarks/run.py` from a checkout
     sys.path.insert(0, str(REPOSITORY))
 
-from annotated_transformer.experiments import code_version, device_name, provenance  # noqa: E402
+from annotated_transformer.training.provenance import code_version, device_name, provenance  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     bench_beam,
     bench_cuda,

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from annotated_transformer import ablation as ab
-from annotated_transformer.run_lock import RunDirectoryLocked
+from annotated_transformer.training.run_lock import RunDirectoryLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ROOT / "runs" / "ablation"  # the runs under way (git-ignored)

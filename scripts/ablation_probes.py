@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from annotated_transformer import ablation as ab
-from annotated_transformer.experiments import ResultsStore, run_or_load
-from annotated_transformer.run_lock import RunDirectoryLocked
+from annotated_transformer.results.experiments import ResultsStore, run_or_load
+from annotated_transformer.training.run_lock import RunDirectoryLocked
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "ablation" / "probes"

@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.__main__ import resolve_settings
-from annotated_transformer.experiments import code_version, provenance
-from annotated_transformer.fit import run_configs
 from annotated_transformer.model import build_model
 from annotated_transformer.tasks import build_task
-from annotated_transformer.train import seed_everything
-from annotated_transformer.trainer import Trainer
+from annotated_transformer.training.fit import run_configs
+from annotated_transformer.training.provenance import code_version, provenance
+from annotated_transformer.training.train import seed_everything
+from annotated_transformer.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "reference" / "probes"

@@ -4,7 +4,7 @@
 
 The book names one revision of the repository (``repository.branch`` in ``_config.yml``): the
 launch buttons open a chapter there on Colab, and each chapter's first cell clones and installs
-that same revision (``annotated_transformer.colab``). On ``main`` the revision is ``main``, so a
+that same revision (``annotated_transformer.book.colab``). On ``main`` the revision is ``main``, so a
 chapter opened from a book built on ``main`` installs whatever ``main`` is when it runs. A release
 pins it. This script, from a clean checkout:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from annotated_transformer import colab  # noqa: E402
+from annotated_transformer.book import colab  # noqa: E402
 
 VERSION = re.compile(r"\d+\.\d+\.\d+")
 

@@ -9,7 +9,7 @@ os.environ.setdefault("AT_DATA_DIR", str(Path(__file__).resolve().parents[2] / "
 
 from annotated_transformer.config import TransformerConfig  # noqa: E402 (after AT_DATA_DIR)
 from annotated_transformer.model import build_model  # noqa: E402
-from annotated_transformer.train import seed_everything  # noqa: E402
+from annotated_transformer.training.train import seed_everything  # noqa: E402
 
 # The smallest model that still has every part: two heads, one layer of each stack.
 TINY = {

@@ -32,8 +32,8 @@ from annotated_transformer.attention_maps import (
 )
 from annotated_transformer.data.batching import collate_pairs
 from annotated_transformer.data.tokenizers import BPETokenizer, CharTokenizer
-from annotated_transformer.experiments import ResultsStore
-from annotated_transformer.task_options import TaskInfo
+from annotated_transformer.results.experiments import ResultsStore
+from annotated_transformer.tasks.task_options import TaskInfo
 
 PAIRS = [
     ("Zwei junge Männer spielen Fußball .", "Two young men play soccer ."),

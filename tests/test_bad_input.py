@@ -20,12 +20,21 @@ from conftest import tiny_model
 
 from annotated_transformer import ablation as ab
 from annotated_transformer.__main__ import main
-from annotated_transformer.checkpoint import first_non_finite, load_checkpoint, save_checkpoint
-from annotated_transformer.evaluation import check_sampling, translate
-from annotated_transformer.profiles import TRAINING, check_evaluation, parse_task_list, run_size
-from annotated_transformer.run_lock import LOCK_NAME
-from annotated_transformer.settings import parse_json_object, route
+from annotated_transformer.results.evaluation import check_sampling, translate
 from annotated_transformer.tasks import build_task
+from annotated_transformer.tasks.profiles import (
+    TRAINING,
+    check_evaluation,
+    parse_task_list,
+    run_size,
+)
+from annotated_transformer.tasks.settings import parse_json_object, route
+from annotated_transformer.training.checkpoint import (
+    first_non_finite,
+    load_checkpoint,
+    save_checkpoint,
+)
+from annotated_transformer.training.run_lock import LOCK_NAME
 
 TRAIN = ["train", "--task", "copy"]
 

@@ -330,7 +330,7 @@ def test_page_images_keep_their_proportions(reports, path, width):
 
 # book.css: a diagram keeps this width on a phone (and scrolls sideways in its output box)
 DIAGRAM_MIN_WIDTH = 600
-DIAGRAM_CHAPTERS = sorted(  # the chapters with a cell tagged `diagram` (tests/test_diagrams.py)
+DIAGRAM_CHAPTERS = sorted(  # the chapters with a cell tagged `diagram` (tests/book/test_diagrams.py)
     path.stem
     for path in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")
     if any("diagram" in cell["metadata"].get("tags", [])

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from annotated_transformer.__main__ import main, resolve_settings
-from annotated_transformer.checkpoint import load_checkpoint, load_model
 from annotated_transformer.config import TrainConfig, TransformerConfig
-from annotated_transformer.copy_task import copy_task_batches
 from annotated_transformer.decode import greedy_decode
-from annotated_transformer.pretrained import save_pretrained
-from annotated_transformer.settings import parse_value
+from annotated_transformer.results.pretrained import save_pretrained
+from annotated_transformer.tasks.copy_task import copy_task_batches
+from annotated_transformer.tasks.settings import parse_value
+from annotated_transformer.training.checkpoint import load_checkpoint, load_model
 
 SHARED_DATA = Path(os.environ["AT_DATA_DIR"])  # set by conftest.py or the Makefile
 TINY_MODEL = [
@@ -195,7 +195,7 @@ def test_train_help_lists_every_setting_with_type_default_and_choices(capsys):
 
 
 def test_a_profile_is_the_base_that_config_and_set_override():
-    from annotated_transformer.profiles import run_size
+    from annotated_transformer.tasks.profiles import run_size
 
     reference = run_size("reference", "tinyshakespeare")
     settings = resolve_settings("tinyshakespeare", {}, ["train.max_steps=7"], "reference")
@@ -470,7 +470,7 @@ def test_a_translation_model_trains_translates_and_evaluates_on_multi30k(
 
 
 def test_each_launch_is_appended_and_a_chapter_names_its_own_command(tmp_path):
-    from annotated_transformer.run_folder import RUN_FILE, record_launch
+    from annotated_transformer.training.run_folder import RUN_FILE, record_launch
 
     record_launch(tmp_path, ["train", "--task", "copy"], "copy", None, {"train": {}})
     papermill = "papermill chapters/08_training.ipynb -p profile cpu -p tasks copy"

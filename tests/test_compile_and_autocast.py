@@ -15,7 +15,7 @@ from conftest import tiny_model
 
 from annotated_transformer.config import TrainConfig
 from annotated_transformer.data.batch import Batch
-from annotated_transformer.trainer import Trainer
+from annotated_transformer.training.trainer import Trainer
 
 VOCAB = 24
 

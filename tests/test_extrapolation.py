@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from annotated_transformer import extrapolation as ex
 from annotated_transformer.data.text import LanguageModelCorpus
 from annotated_transformer.data.tokenizers import CharTokenizer
-from annotated_transformer.experiments import ResultsStore, run_key
 from annotated_transformer.model import build_model
+from annotated_transformer.results.experiments import ResultsStore, run_key
 
 TINY = ex.ExtrapolationConfig(
     context=16, eval_length=32, d_model=16, n_heads=2, n_layers=1, d_ff=32, steps=3,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from annotated_transformer import colab
+from annotated_transformer.book import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -64,7 +64,7 @@ def test_chapter_opens_with_a_title_and_the_colab_install_cell(chapter):
     assert re.match(rf"# {number}\. ", source(chapter_cells[0])), "title like '# 01. Attention'"
     first_code = next(cell for cell in chapter_cells if cell["cell_type"] == "code")
     assert '"google.colab" in sys.modules' in source(first_code)
-    # the cell annotated_transformer.colab writes from _config.yml (tests/test_colab.py runs it)
+    # the cell annotated_transformer.book.colab writes from _config.yml (tests/book/test_colab.py runs it)
     assert source(first_code) == colab.first_cell(*colab.read_repository(ROOT / "_config.yml"))
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from annotated_transformer import ablation as ab
-from annotated_transformer.profiles import parse_task_list, resolve_profile
+from annotated_transformer.tasks.profiles import parse_task_list, resolve_profile
 
 papermill_translators = pytest.importorskip("papermill.translators")
 

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from conftest import tiny_model
 
 import annotated_transformer as at
-from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.config import TrainConfig
 from annotated_transformer.data.batch import Batch
-from annotated_transformer.train import TrainingDiverged, seed_everything
-from annotated_transformer.trainer import Trainer
+from annotated_transformer.training.checkpoint import load_checkpoint
+from annotated_transformer.training.train import TrainingDiverged, seed_everything
+from annotated_transformer.training.trainer import Trainer
 
 VOCAB = 13
 attention_module = importlib.import_module("annotated_transformer.attention")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer import colab
+from annotated_transformer.book import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import TrainConfig, TransformerConfig, is_int
-from ..profiles import ABLATION, check_evaluation, run_size
-from ..settings import parse_json_object, resolve_key
-from ..task_options import check_options
+from ..tasks.profiles import ABLATION, check_evaluation, run_size
+from ..tasks.settings import parse_json_object, resolve_key
+from ..tasks.task_options import check_options
 from .studies import RUNNER_FIELDS, TASK_FIELDS, Scale, get_study, task_kind
 
 # What every profile shares: the paper's base model (Table 3, "base") with pre-norm (chapter 04:

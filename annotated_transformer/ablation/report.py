@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import atomic_write_text
-from ..experiments import ResultsStore
+from ..results.experiments import ResultsStore
+from ..training.checkpoint import atomic_write_text
 from .statistics import factorial_effects, interaction, main_effects, rank, summarize
 from .vaswani import vaswani_comparison
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .. import profiles
-from ..experiments import ResultsStore, run_key, run_or_load
+from ..results.experiments import ResultsStore, run_key, run_or_load
+from ..tasks import profiles
 from .configs import run_configs
 from .runs import run_folder, train_run
 

@@ -18,16 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import CheckpointError
 from ..data.batch import Batch
-from ..evaluation import score_translations, translate
-from ..experiments import canonical_json, run_key
-from ..fit import fit_task
 from ..model import count_parameters
-from ..resuming import ResumeMismatch
-from ..run_folder import RUN_FILE, record_launch
+from ..results.evaluation import score_translations, translate
+from ..results.experiments import canonical_json, run_key
 from ..tasks import build_task
-from ..train import evaluate, resolve_precision
+from ..training.checkpoint import CheckpointError
+from ..training.fit import fit_task
+from ..training.resuming import ResumeMismatch
+from ..training.run_folder import RUN_FILE, record_launch
+from ..training.train import evaluate, resolve_precision
 from .configs import build_configs, task_fields
 from .studies import task_kind
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from statistics import mean, stdev
 from typing import Any
 
-from ..experiments import run_key
 from ..metrics import mean_interval
+from ..results.experiments import run_key
 from .runner import training_part
 from .studies import task_kind
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 from typing import Any
 
-from ..experiments import run_key
 from ..metrics import t_quantile
-from ..task_options import canonical_task
+from ..results.experiments import run_key
+from ..tasks.task_options import canonical_task
 from .configs import run_configs
 from .runner import training_part
 from .statistics import (
@@ -275,8 +275,8 @@ class TrivialBaseline:
 
 @functools.lru_cache(maxsize=16)
 def _language_model_bigram(task: str, tokens: int | None) -> tuple[float, float, float]:
-    from ..baselines import count_baselines
     from ..data import load_language_model_corpus
+    from ..tasks.baselines import count_baselines
 
     corpus = load_language_model_corpus(task)
     splits, vocab = corpus.splits, corpus.tokenizer.vocab_size

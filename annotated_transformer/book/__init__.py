@@ -1,0 +1,7 @@
+"""What only the book needs: its diagrams (matplotlib, the ``book`` extra) and the Colab cell.
+
+::
+
+    diagrams.py       the book's diagrams, drawn with matplotlib (chapters 01-12)
+    colab.py          every chapter's first cell: on Colab, the course at the book's revision
+"""

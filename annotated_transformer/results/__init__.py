@@ -1,0 +1,10 @@
+"""The results wing (chapter 08): what a run leaves for readers.
+
+::
+
+    experiments.py    the results store: records with provenance, keyed by their config
+    pretrained.py     trained models as safetensors + JSON, loaded with no pickle
+    evaluation.py     translate held-out splits (one budget), score_translations (BLEU/chrF)
+
+It may import the training and tasks wings; nothing below it imports it.
+"""

@@ -1,0 +1,97 @@
+"""A run folder that describes itself: what ``train`` writes beside its checkpoints.
+
+``python -m annotated_transformer train`` writes, in its ``--out`` folder (by default
+``runs/<task>-<date>-<time>``):
+
+- ``run.json``: every launch of the run (a resumed run has several): the command line, the task,
+  the profile, the settings as given, the code version and the time it started;
+- ``config.json``: the configuration the latest launch resolved and trained with: every field of
+  :class:`~annotated_transformer.config.TransformerConfig` and
+  :class:`~annotated_transformer.config.TrainConfig` (defaults included) and the task's options;
+- ``last.pt``, ``best.pt``, ``history.csv``, ``history.json``: the trainer's (chapter 08).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import TrainConfig, TransformerConfig
+from ..model import build_model
+from .checkpoint import atomic_write_text
+from .provenance import code_version
+
+RUN_FILE = "run.json"  # every launch of the run (see record_launch)
+CONFIG_FILE = "config.json"  # the resolved configuration of the latest launch (see write_config)
+RUNS = Path("runs")  # where a run goes without --out
+
+
+def default_out(task: str, now: datetime | None = None) -> Path:
+    """``runs/<task>-<YYYYmmdd-HHMMSS>``: a new folder per launch, named so ``ls runs`` sorts."""
+    now = now or datetime.now()
+    return RUNS / f"{task}-{now:%Y%m%d-%H%M%S}"
+
+
+def record_launch(
+    out: str | Path,
+    argv: list[str],
+    task: str,
+    profile: str | None,
+    settings: dict[str, dict[str, Any]],
+    command: str | None = None,
+) -> Path:
+    """Append this launch to ``out/run.json``: the command line (``argv`` of the command line
+    tool, or ``command`` as given, e.g. a papermill call), the task, the profile, the settings as
+    given, and the code version and time it started with. A record made from a resumed run can
+    so name the code of its first part."""
+    path = Path(out) / RUN_FILE
+    launches = json.loads(path.read_text(encoding="utf-8"))["launches"] if path.is_file() else []
+    launches.append(
+        {
+            "command": command or "python -m annotated_transformer " + shlex.join(map(str, argv)),
+            "task": task,
+            "profile": profile,
+            "settings": settings,
+            "code": code_version(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, json.dumps({"launches": launches}, indent=1, default=str) + "\n")
+
+
+def resolved_config(
+    task: Any, model_config: TransformerConfig, train_config: TrainConfig
+) -> dict[str, Any]:
+    """What a run trains with, every field spelled out: ``{"task": {"name", "options"}, "model":
+    TransformerConfig fields, "train": TrainConfig fields}``."""
+    return {
+        "task": {"name": task.name, "options": dict(task.info.options)},
+        "model": dataclasses.asdict(model_config),
+        "train": dataclasses.asdict(train_config),
+    }
+
+
+def write_config(out: str | Path, config: dict[str, Any]) -> Path:
+    """``out/config.json``: :func:`resolved_config` of the latest launch."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    text = json.dumps(config, indent=1, default=str) + "\n"
+    return atomic_write_text(Path(out) / CONFIG_FILE, text)
+
+
+def parameter_count(model_config: TransformerConfig) -> int:
+    """The model's parameters, counted on the meta device (no memory, no initialisation cost)."""
+    with torch.device("meta"):
+        model = build_model(model_config)
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def checkpoint_megabytes(parameters: int) -> float:
+    """About how large one checkpoint is: fp32 weights and Adam's two moments per weight."""
+    return parameters * 4 * 3 / 1e6

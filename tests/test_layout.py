@@ -1,0 +1,168 @@
+"""The package's layout is the course's table of contents: the concepts at the top, the machinery
+in wings, no cycle between them, and nothing stored that names a module path."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import annotated_transformer as at
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "annotated_transformer"
+
+# What a chapter derives: one module each, at the top level.
+CONCEPTS = {
+    "attention", "masking", "positional", "norms", "layers", "config", "model", "optim",
+    "losses", "decode", "metrics", "cost", "attention_maps", "extrapolation",
+}  # fmt: skip
+WINGS = {"data", "tasks", "training", "results", "ablation", "book"}
+# The wings in the order they may import each other: a wing imports only wings before it.
+WING_ORDER = ["data", "tasks", "training", "results", "ablation"]
+# The concepts the model is built from import no wing but data; the two experiment modules of
+# chapters 03 and 10 (they train or read stored runs) may use the wings.
+EXPERIMENT_CONCEPTS = {"attention_maps", "extrapolation"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module of the package that ``path`` imports, at any depth of its code, dotted."""
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    package = package.removesuffix(".__init__")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{alias.name}" for alias in node.names] if not node.module else []
+            found.update(name for name in [target, *names] if name)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def room(module: str) -> str | None:
+    """The room a dotted module stands in: a concept's own name, a wing's name, else None."""
+    parts = module.split(".")
+    if parts[0] != "annotated_transformer" or len(parts) == 1:
+        return None
+    return parts[1] if parts[1] in WINGS | CONCEPTS | {"__main__"} else None
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Room -> the rooms it imports (a wing's inner imports dropped)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        source = room(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if source is None:
+            continue
+        targets = {room(name) for name in imported_modules(path)} - {None, source}
+        graph.setdefault(source, set()).update(targets)
+    return graph
+
+
+def test_the_top_level_holds_the_concepts_and_the_wings_only():
+    modules = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert modules == CONCEPTS
+    assert folders == WINGS
+    strays = [p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert sorted(strays) == sorted(WINGS)  # no folder that is not a wing
+
+
+def test_no_cycle_between_the_concepts_and_the_wings():
+    graph = package_graph()
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError
+    assert set(order) >= WINGS | CONCEPTS
+
+
+def test_a_wing_imports_only_the_wings_before_it():
+    graph = package_graph()
+    for index, wing in enumerate(WING_ORDER):
+        later = set(WING_ORDER[index + 1 :]) | {"book"}
+        assert not graph[wing] & later, f"{wing} imports {sorted(graph[wing] & later)}"
+        assert not graph[wing] & EXPERIMENT_CONCEPTS, wing
+    assert graph["book"] <= CONCEPTS, graph["book"]  # the diagrams draw concepts only
+
+
+def test_the_model_concepts_import_no_wing_but_data():
+    graph = package_graph()
+    for concept in CONCEPTS - EXPERIMENT_CONCEPTS:
+        assert graph.get(concept, set()) <= CONCEPTS | {"data"}, (concept, graph[concept])
+
+
+def test_the_package_imports_nothing_from_scripts_or_benchmarks():
+    for path in PACKAGE.rglob("*.py"):
+        roots = {name.split(".")[0] for name in imported_modules(path)}
+        assert not roots & {"scripts", "benchmarks", "tests", "conftest"}, path
+
+
+def test_the_graph_reader_sees_a_cycle_it_is_shown():
+    """The cycle check can fail: a wing that imported a later one would be refused."""
+    graph = package_graph()
+    graph["data"] = graph["data"] | {"training"}
+    with pytest.raises(graphlib.CycleError):
+        list(graphlib.TopologicalSorter(graph).static_order())
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("trainer", "training.trainer"),
+        ("checkpoint", "training.checkpoint"),
+        ("experiments", "results.experiments"),
+        ("pretrained", "results.pretrained"),
+        ("profiles", "tasks.profiles"),
+        ("task_options", "tasks.task_options"),
+        ("colab", "book.colab"),
+    ],
+)
+def test_the_old_top_level_module_names_still_reach_their_modules(old, new):
+    import importlib
+
+    assert getattr(at, old) is importlib.import_module(f"annotated_transformer.{new}")
+    namespace: dict = {}
+    exec(f"from annotated_transformer import {old}", namespace)  # the form the chapters used
+    assert namespace[old] is importlib.import_module(f"annotated_transformer.{new}")
+
+
+def test_the_public_names_are_where_they_were():
+    for name in at.__all__:
+        assert getattr(at, name) is not None, name
+    assert at.Trainer.__module__ == "annotated_transformer.training.trainer"
+    assert at.tasks.build_task is at.tasks.build.build_task  # the old module's entry points
+    with pytest.raises(AttributeError, match="no attribute 'not_a_module'"):
+        at.not_a_module  # noqa: B018
+
+
+def test_no_stored_artefact_names_a_module_path():
+    """Records and shipped models are JSON and safetensors. (A checkpoint pickles only plain
+    data: tests/training/test_checkpoint.py loads one with ``weights_only=True``.)"""
+    texts = [p.read_text(encoding="utf-8") for p in (ROOT / "results").rglob("*.json")]
+    texts += [p.read_text(encoding="utf-8") for p in (ROOT / "models").glob("*/config.json")]
+    assert len(texts) > 100
+    for text in texts:
+        json.loads(text)
+        assert "annotated_transformer." not in text
+
+
+def test_every_stored_artefact_loads(tmp_path):
+    from annotated_transformer.results.experiments import ResultsStore
+    from annotated_transformer.results.pretrained import load_pretrained
+
+    stores = [ROOT / "results", ROOT / "results" / "ablation"]  # the record stores
+    records = [record for folder in stores for record in ResultsStore(folder).records()]
+    assert len(records) > 400 and all(r["config"] and "metrics" in r for r in records)
+    shipped = sorted(p.parent for p in (ROOT / "models").glob("*/config.json"))
+    assert len(shipped) == 5
+    for folder in shipped:
+        loaded = load_pretrained(folder)
+        assert isinstance(loaded.model, torch.nn.Module) and loaded.tokenizer is not None, folder

@@ -1,0 +1,107 @@
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer.__main__ import main
+from annotated_transformer.data.batch import Batch
+from annotated_transformer.training.checkpoint import load_checkpoint
+from annotated_transformer.training.distributed import Distributed, init_distributed, resolve_device
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def numbered_batch(rows, with_src=True):
+    column = torch.arange(rows)[:, None]  # [B, 1]: row i holds the number i
+    return Batch(
+        column.repeat(1, 3), column.repeat(1, 3), column.repeat(1, 2) if with_src else None
+    )
+
+
+@pytest.mark.parametrize("rows", [2, 5, 7, 8])
+def test_shards_give_every_row_to_exactly_one_process(rows):
+    batch = numbered_batch(rows)
+    shards = [Distributed(rank, 3).shard(batch) for rank in range(3)]
+    kept = [shard for shard, weight in shards if weight == 1.0]
+    assert torch.cat([shard.inputs[:, 0] for shard in kept]).tolist() == list(range(rows))
+    for shard, _ in shards:
+        assert torch.equal(shard.inputs[:, 0], shard.src[:, 0])
+        assert torch.equal(shard.inputs, shard.targets)
+
+
+def test_a_process_without_rows_runs_a_stand_in_row_with_weight_zero():
+    shard, weight = Distributed(rank=2, world_size=3).shard(numbered_batch(2, with_src=False))
+    assert weight == 0.0
+    assert shard.inputs.shape == (1, 3) and shard.src is None
+
+
+def test_one_process_keeps_the_whole_batch_and_needs_no_process_group(monkeypatch):
+    batch = numbered_batch(4)
+    assert Distributed().shard(batch) == (batch, 1.0)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert init_distributed() == Distributed()
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+COPY_SETTINGS = [
+    "--set", "device=cpu",
+    "--set", "max_steps=6",
+    "--set", "warmup=1",
+    "--set", "accumulation=2",
+    "--set", "eval_every=3",
+    "--set", "batch_size=7",  # odd: the two processes get 4 and 3 rows
+    "--set", "eval_sequences=21",
+    "--set", "length=6",
+    "--set", "progress=false",
+    # No biases: the key projection's bias has an exactly-zero gradient (softmax ignores a shift
+    # shared by all keys), so Adam would turn round-off in it into full-size steps of random sign.
+    "--set", "bias=false",
+]  # fmt: skip
+
+
+def test_torchrun_with_two_processes_trains_the_same_weights_as_one_process(tmp_path):
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "annotated_transformer",
+        "train",
+        "--task",
+        "copy",
+        "--out",
+        str(tmp_path / "two"),
+        *COPY_SETTINGS,
+    ]
+    finished = subprocess.run(
+        command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.stdout.count('"stop_reason": "max_steps"') == 1  # only rank 0 reports
+
+    capture = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdout", capture)
+        assert (
+            main(["train", "--task", "copy", "--out", str(tmp_path / "one"), *COPY_SETTINGS]) == 0
+        )
+
+    two = load_checkpoint(tmp_path / "two" / "last.pt")
+    one = load_checkpoint(tmp_path / "one" / "last.pt")
+    assert len(two["rng"]) == 2 and len(one["rng"]) == 1  # each process's random state
+    assert two["step"] == one["step"] == 6
+    # DDP averages gradients; each process's loss is scaled so that the average is the gradient
+    # of the whole batch. Only the order of floating-point sums differs.
+    for name, tensor in one["model"].items():
+        torch.testing.assert_close(two["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    for single, double in zip(one["history"], two["history"], strict=True):
+        assert double["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
+        if "eval_loss" in single:
+            assert double["eval_loss"] == pytest.approx(single["eval_loss"], rel=1e-5)
+            assert double["eval_tokens"] == single["eval_tokens"]
