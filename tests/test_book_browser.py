@@ -33,6 +33,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.built_book  # needs _build/html: not in the package-tests job
+
 SITE = Path(os.environ.get("AT_BOOK_SITE", ROOT / "_build" / "html"))  # another build: set it
 CHROMIUM = Path(os.environ.get("AT_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_FLAGS = [
