@@ -62,7 +62,9 @@ from .training.checkpoint import check_entries, load_model
 from .training.distributed import DEVICE_CHOICES, init_distributed, resolve_device
 from .training.fit import fit_task, run_configs
 from .training.run_folder import (
+    check_new_run,
     checkpoint_megabytes,
+    clear_run,
     default_out,
     parameter_count,
     record_launch,
@@ -120,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="one setting, e.g. d_model=128 or train.lr=1e-3 (repeatable)",
     )  # fmt: skip
     train.add_argument(
-        "--out", type=Path,
+        "--out", type=_directory,
         help="the run directory: checkpoints, history, run.json, config.json "
-        "(default: runs/TASK-DATE-TIME, a new one per launch)",
+        "(default: runs/TASK-DATE-TIME, a new one per launch); one that holds a run needs "
+        "--resume or --overwrite",
     )  # fmt: skip
     train.add_argument(
         "--device", choices=DEVICE_CHOICES,
@@ -131,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--resume", nargs="?", const="auto", metavar="CHECKPOINT",
         help="continue a run: from CHECKPOINT, or from OUT/last.pt when none is named",
+    )  # fmt: skip
+    train.add_argument(
+        "--overwrite", action="store_true",
+        help="replace the run in OUT (its checkpoints, history and curves; run.json keeps its "
+        "launches)",
     )  # fmt: skip
     train.add_argument(
         "--allow-change", action="append", default=[], metavar="KEY",
@@ -189,6 +197,15 @@ def _positive_int(text: str) -> int:
             f"{value} is not accepted: use a positive integer"
         ) from None
     return value
+
+
+def _directory(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not accepted: name a directory (an unset shell variable?); leave "
+            f"--out out for a new runs/TASK-DATE-TIME"
+        )
+    return Path(text)
 
 
 def _number(text: str) -> float:
@@ -250,6 +267,8 @@ def _train(args: argparse.Namespace) -> int:
             raise ValueError("under torchrun, name the run directory: --out DIR")
         args.out = default_out(task_spec(task_name).name)
     check_run_directory(args.out)  # a file, or a directory a live run holds: refused now
+    out = args.out or settings["train"].get("checkpoint_dir")
+    check_new_run(out, resume=args.resume is not None, overwrite=args.overwrite)
     check_training_log(args.log, args.out or settings["train"].get("checkpoint_dir"))
     fixed: dict[str, Any] = {}
     if args.out is not None:
@@ -260,7 +279,6 @@ def _train(args: argparse.Namespace) -> int:
         fixed["progress"] = False
     resume = None
     if args.resume is not None:
-        out = args.out or settings["train"].get("checkpoint_dir")
         if args.resume == "auto" and out is None:
             raise ValueError("--resume without a checkpoint needs --out, the run directory")
         resume = Path(out) / "last.pt" if args.resume == "auto" else Path(args.resume)
@@ -274,7 +292,8 @@ def _train(args: argparse.Namespace) -> int:
     distributed = init_distributed(train_config.device)
     out = train_config.checkpoint_dir
     if out is not None and distributed.is_main:
-        record_launch(out, args.argv, task_name, args.profile, settings)
+        replaced = clear_run(out) if args.overwrite else []
+        record_launch(out, args.argv, task_name, args.profile, settings, replaced=replaced)
         write_config(out, resolved_config(task, model_config, train_config))
         if not args.quiet:
             parameters = parameter_count(model_config)

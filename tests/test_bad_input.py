@@ -12,7 +12,7 @@ import math
 import os
 import shutil
 import socket
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
@@ -143,6 +143,59 @@ def test_an_out_that_is_a_file_is_refused_before_training(checkpoints, capsys, m
         capsys,
         monkeypatch,
     )
+
+
+@pytest.mark.parametrize("out", ["", " "])
+def test_an_empty_out_is_refused_before_training(out, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # were it accepted, the run would land here
+    expect_cli_error(
+        [*TRAIN, "--out", out], "is not accepted: name a directory", capsys, monkeypatch
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_this_process_cannot_write_is_refused(tmp_path, capsys, monkeypatch):
+    # Running as root, a chmod would not stop a write: the check itself is what is tested.
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: Path(path) != tmp_path and real_access(path, mode)
+    )
+    expect_cli_error(
+        [*TRAIN, "--out", tmp_path / "run"], "this process cannot write in", capsys, monkeypatch
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_out_that_holds_a_run_is_refused_naming_its_files(finished_run, capsys, monkeypatch):
+    argv, out = finished_run
+    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    expect_cli_error(  # argv has --quiet: refused all the same, out loud
+        argv, f"{out} already holds a run (last.pt, best.pt, history.csv", capsys, monkeypatch
+    )
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before
+
+
+def test_overwrite_replaces_a_run_and_keeps_its_launches(finished_run, capsys):
+    argv, out = finished_run
+    (launch,) = json.loads((out / "run.json").read_text(encoding="utf-8"))["launches"]
+    assert main([str(arg) for arg in [*argv, "--overwrite"]]) == 0
+    first, second = json.loads((out / "run.json").read_text(encoding="utf-8"))["launches"]
+    assert first == launch
+    assert "--overwrite" in second["command"]
+    assert {"last.pt", "history.csv"} <= set(second["replaced"])
+    assert load_checkpoint(out / "last.pt")["step"] == 2
+
+
+@pytest.mark.parametrize("text", ['{"launches": [', "[]", '{"launches": 3}', "\udcff"])
+def test_a_damaged_run_json_is_named(text, finished_run, capsys, monkeypatch):
+    argv, out = finished_run
+    (out / "run.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    expect_cli_error([*argv, "--resume"], f"{out / 'run.json'} is damaged", capsys, monkeypatch)
+
+
+def test_overwrite_and_resume_together_are_refused(finished_run, capsys, monkeypatch):
+    argv, _ = finished_run
+    expect_cli_error([*argv, "--resume", "--overwrite"], "choose one", capsys, monkeypatch)
 
 
 GENERATE_CASES = [

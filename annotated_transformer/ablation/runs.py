@@ -26,7 +26,7 @@ from ..tasks import build_task
 from ..training.checkpoint import CheckpointError
 from ..training.fit import fit_task
 from ..training.resuming import ResumeMismatch
-from ..training.run_folder import RUN_FILE, record_launch
+from ..training.run_folder import RUN_FILE, read_launches, record_launch
 from ..training.train import evaluate, resolve_precision
 from .configs import build_configs, task_fields
 from .studies import task_kind
@@ -146,7 +146,7 @@ def train_run(
             resume = folder / "last.pt"
             launches = folder / RUN_FILE  # the code the first part started with, if it says
             if launches.is_file():
-                first_code = json.loads(launches.read_text(encoding="utf-8"))["launches"][0]["code"]
+                first_code = (read_launches(launches) or [{}])[0].get("code")
         else:  # a fresh start: the folder says what it holds and which code began the run
             record_launch(folder, [], config["task"], config.get("profile"), config, "ablation run")
     model_config, train_config = build_configs(

@@ -9,13 +9,19 @@
   :class:`~annotated_transformer.config.TransformerConfig` and
   :class:`~annotated_transformer.config.TrainConfig` (defaults included) and the task's options;
 - ``last.pt``, ``best.pt``, ``history.csv``, ``history.json``: the trainer's (chapter 08).
+
+A folder that holds a run is never trained into by accident (:func:`check_new_run`): ``train``
+continues it with ``--resume`` or replaces it with ``--overwrite`` (:func:`clear_run`, which keeps
+``run.json``, so the replaced launches stay on record), and refuses otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,8 @@ from .provenance import code_version
 RUN_FILE = "run.json"  # every launch of the run (see record_launch)
 CONFIG_FILE = "config.json"  # the resolved configuration of the latest launch (see write_config)
 RUNS = Path("runs")  # where a run goes without --out
+# What a run leaves that a new run in the same folder would replace: its weights and history.
+RUN_OUTPUTS = ("last.pt", "best.pt", "history.csv", "history.json", "tensorboard")
 
 
 def default_out(task: str, now: datetime | None = None) -> Path:
@@ -45,25 +53,91 @@ def record_launch(
     profile: str | None,
     settings: dict[str, dict[str, Any]],
     command: str | None = None,
+    replaced: list[str] | None = None,
 ) -> Path:
     """Append this launch to ``out/run.json``: the command line (``argv`` of the command line
     tool, or ``command`` as given, e.g. a papermill call), the task, the profile, the settings as
     given, and the code version and time it started with. A record made from a resumed run can
-    so name the code of its first part."""
+    so name the code of its first part. ``replaced``: the files of an earlier run this launch
+    removed (``--overwrite``), recorded with it."""
     path = Path(out) / RUN_FILE
-    launches = json.loads(path.read_text(encoding="utf-8"))["launches"] if path.is_file() else []
-    launches.append(
-        {
-            "command": command or "python -m annotated_transformer " + shlex.join(map(str, argv)),
-            "task": task,
-            "profile": profile,
-            "settings": settings,
-            "code": code_version(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-    )
+    launches = read_launches(path) if path.is_file() else []
+    launch = {
+        "command": command or "python -m annotated_transformer " + shlex.join(map(str, argv)),
+        "task": task,
+        "profile": profile,
+        "settings": settings,
+        "code": code_version(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if replaced:
+        launch["replaced"] = list(replaced)
+    launches.append(launch)
     Path(out).mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, json.dumps({"launches": launches}, indent=1, default=str) + "\n")
+
+
+def read_launches(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The launches a ``run.json`` records; a ValueError naming the file when it is damaged."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{path} is damaged ({error}): it should hold {{'launches': [...]}}; move it aside "
+            f"to start its record again"
+        ) from error
+    launches = record.get("launches") if isinstance(record, dict) else None
+    if not isinstance(launches, list):
+        raise ValueError(
+            f"{path} is damaged: it should hold {{'launches': [...]}}, a list of launches; move "
+            f"it aside to start its record again"
+        )
+    return launches
+
+
+def existing_run(out: str | os.PathLike) -> list[str]:
+    """The files of an earlier run in ``out`` (its weights, history, curves and description),
+    or ``[]`` when it holds none of :data:`RUN_OUTPUTS`."""
+    out = Path(out)
+    present = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if not present:
+        return []
+    return present + [name for name in (CONFIG_FILE, RUN_FILE) if (out / name).exists()]
+
+
+def check_new_run(out: str | os.PathLike | None, *, resume: bool, overwrite: bool) -> None:
+    """Refuse, with a ValueError before any work, to start a new run in a folder that holds one
+    (it would replace its checkpoints and history), unless it is resumed or ``overwrite``."""
+    if resume and overwrite:
+        raise ValueError(
+            "--resume continues the run in --out and --overwrite replaces it: choose one"
+        )
+    if out is None or resume or overwrite:
+        return
+    present = existing_run(out)
+    if present:
+        raise ValueError(
+            f"{out} already holds a run ({', '.join(present)}); a new run would replace it. "
+            f"Continue it with --resume, replace it with --overwrite (run.json keeps the earlier "
+            f"launches), or choose another --out"
+        )
+
+
+def clear_run(out: str | os.PathLike) -> list[str]:
+    """Remove the outputs of an earlier run from ``out`` (:data:`RUN_OUTPUTS`), keeping
+    ``run.json``; returns the names removed."""
+    removed = []
+    for name in RUN_OUTPUTS:
+        path = Path(out) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
 
 
 def resolved_config(

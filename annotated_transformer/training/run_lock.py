@@ -176,8 +176,9 @@ class RunLock:
 
 def check_run_directory(directory: str | os.PathLike | None, check_lock: bool = True) -> None:
     """Raise a ValueError if ``directory`` cannot be a run directory (it is a file, or under
-    one), and :class:`RunDirectoryLocked` if a live run holds it (with ``check_lock``). Writes
-    nothing: the command line can call it before any work."""
+    one, or in a folder this process cannot write), and :class:`RunDirectoryLocked` if a live
+    run holds it (with ``check_lock``). Writes nothing: the command line can call it before any
+    work."""
     if directory is None:
         return
     path = Path(directory)
@@ -188,6 +189,11 @@ def check_run_directory(directory: str | os.PathLike | None, check_lock: bool = 
                 f"directory"
             )
         if parent.exists():
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ValueError(
+                    f"checkpoint_dir={str(directory)!r} is not accepted: this process cannot "
+                    f"write in {parent.resolve()}; choose a folder you can write"
+                )
             break
     if check_lock:
         RunLock(path).check()
