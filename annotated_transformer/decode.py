@@ -16,6 +16,10 @@ training context): past it, each step reads only the last ``window`` tokens, rec
 cache, as nanoGPT crops its context. Absolute positions never seen in training (sinusoidal past the
 training length, or learned ones past ``max_len``) otherwise turn a long sample into garbage.
 ``window=None`` feeds the whole sequence (to study extrapolation, chapter 03).
+
+Every entry point first bounds what it is asked against what the device can hold
+(:func:`check_decoding_memory`): a beam of a million hypotheses is refused, naming the limit,
+before anything is allocated.
 """
 
 from __future__ import annotations
@@ -112,9 +116,13 @@ def _start(
     model: nn.Module, src: Tensor | None, prompt: Tensor | None, bos_id: int | None
 ) -> Tensor:
     if isinstance(model, EncoderDecoderTransformer):
+        if src is None:
+            raise ValueError("an encoder-decoder model needs src to decode from")
         if bos_id is None:
             raise ValueError("encoder-decoder decoding needs bos_id, the first decoder input")
         return torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    if src is not None:
+        raise ValueError("a decoder-only model takes a prompt, not src")
     if prompt is None or prompt.dim() != 2 or prompt.size(1) == 0:
         raise ValueError("decoder-only decoding needs a prompt of shape [B, T_0] with T_0 >= 1")
     return prompt
@@ -123,6 +131,89 @@ def _start(
 def _pad_id(model: nn.Module, eos_id: int | None) -> int:
     pad = model.config.pad_id
     return pad if pad is not None else (eos_id if eos_id is not None else 0)
+
+
+# The share of the device's free memory one decoding pass may take by the estimate below: the
+# estimate leaves out the allocator's slack and the model's own activations.
+DECODING_MEMORY_SHARE = 0.8
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: CUDA's own count, else the machine's available memory (MPS
+    shares it)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def decoding_bytes(
+    model: nn.Module,
+    rows: int,
+    length: int,
+    source_length: int = 0,
+    use_cache: bool = True,
+    window: int | None = None,
+) -> int:
+    """About the bytes a decoding pass of ``rows`` sequences (beams count as rows) of up to
+    ``length`` tokens holds at its peak: per row, a few float32 copies of the logits
+    (``[rows, V]``: the logits, their log-softmax, the beam's candidates), the tokens, the
+    key/value cache of every decoder layer (self-attention over ``length`` positions, or the
+    last ``window``; cross-attention over ``source_length``) and the encoder's memory; without
+    the cache (or past the window), the activations of the prefix recomputed at each step."""
+    config = model.config
+    heads, layers = config.n_heads, config.decoder_layers
+    read = length if window is None else min(length, window)  # positions one step reads
+    per_position = heads * (config.key_size + config.value_size) * layers * 4  # K and V, float32
+    per_row = 4 * config.target_vocab_size * 4 + length * 8
+    per_row += per_position * (read + source_length) + source_length * (config.d_model * 4 + 8)
+    if not use_cache or read < length:  # the prefix again each step: [H, T, T] and [T, d_ff]
+        per_row += (heads * read * read + read * (config.d_ff + 4 * config.d_model)) * 4
+    return rows * per_row
+
+
+def check_decoding_memory(
+    model: nn.Module,
+    *,
+    batch: int,
+    length: int,
+    beam_size: int = 1,
+    source_length: int = 0,
+    use_cache: bool = True,
+    window: Window = "max_len",
+) -> None:
+    """Refuse, with a ValueError naming the limit, a decoding pass of ``batch`` inputs,
+    ``beam_size`` hypotheses each, up to ``length`` tokens, whose :func:`decoding_bytes` exceed
+    :data:`DECODING_MEMORY_SHARE` of the memory free on the model's device. Nothing is
+    allocated."""
+    if not isinstance(model, (DecoderOnlyTransformer, EncoderDecoderTransformer)):
+        return  # nothing to bound: _Stepper says what it decodes (or an encoder-only model)
+    device = next(model.parameters()).device
+    window = (
+        None if isinstance(model, EncoderDecoderTransformer) else _resolve_window(model, window)
+    )
+
+    def needs(rows: int) -> int:
+        return decoding_bytes(model, rows, length, source_length, use_cache, window)
+
+    needed, budget = needs(batch * beam_size), int(free_memory(device) * DECODING_MEMORY_SHARE)
+    if needed <= budget:
+        return
+    largest_beam = budget // max(needs(batch), 1)
+    if beam_size > 1 and largest_beam >= 1:
+        advice = f"use beam_size <= {largest_beam} for {batch} input(s)"
+    elif budget >= needs(beam_size):
+        advice = f"decode at most {budget // needs(beam_size)} input(s) at a time"
+    else:
+        advice = "decode fewer new tokens (max_new_tokens) or on a device with more memory"
+    what = f"beam_size={beam_size} for {batch} input(s)" if beam_size > 1 else f"{batch} input(s)"
+    raise ValueError(
+        f"decoding {what} up to {length:,} tokens needs about {needed / 1e9:.1f} GB "
+        f"({batch * beam_size:,} sequences, each with {model.config.target_vocab_size:,}-token "
+        f"logits and its cache), more than the {budget / 1e9:.1f} GB this {device.type} device "
+        f"can spare ({DECODING_MEMORY_SHARE:.0%} of its free memory); {advice}"
+    )
 
 
 @torch.no_grad()
@@ -140,10 +231,18 @@ def _generate(
     """Shared loop of greedy decoding and sampling; ``choose`` maps ``[B, V]`` logits to ``[B]``."""
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    tokens = _start(model, src, prompt, bos_id)  # [B, T_0]
+    check_decoding_memory(
+        model,
+        batch=tokens.size(0),
+        length=tokens.size(1) + max_new_tokens,
+        source_length=0 if src is None else src.size(1),
+        use_cache=use_cache,
+        window=window,
+    )
     was_training = model.training
     model.eval()
     step = _Stepper(model, src, use_cache, window)
-    tokens = _start(model, src, prompt, bos_id)  # [B, T_0]
     finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
     pad = _pad_id(model, eos_id)
     for _ in range(max_new_tokens):
@@ -315,10 +414,19 @@ def beam_search(
     _check_count("beam_size", beam_size)
     _check_count("max_new_tokens", max_new_tokens)
     check_length_penalty(alpha)
-    was_training = model.training
-    model.eval()
     start = _start(model, src, prompt, bos_id)  # [B, T_0]
     batch, start_len = start.shape
+    check_decoding_memory(
+        model,
+        batch=batch,
+        beam_size=beam_size,
+        length=start_len + max_new_tokens,
+        source_length=0 if src is None else src.size(1),
+        use_cache=use_cache,
+        window=window,
+    )
+    was_training = model.training
+    model.eval()
     device = start.device
     expand = torch.arange(batch, device=device).repeat_interleave(beam_size)  # [B·K]
     source = None if src is None else src.index_select(0, expand)  # [B·K, S]

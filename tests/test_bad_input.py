@@ -101,6 +101,10 @@ TRAIN_CASES = [
     (["train", "--task", "multi30k", "--set", "source=3"], "data.source=3 is not accepted"),
     (["train", "--task", "cmn-eng", "--set", "max_length=-1"], "data.max_length=-1"),
     (["train", "--task", "cmn-eng", "--set", "context_length=5"], "unknown setting"),
+    ([*TRAIN, "--set", "batch_size=1000000000"], "gives batches of 22,000,000,000 tokens"),
+    ([*TRAIN, "--set", "length=100000"], "more than the 1,048,576 this package trains on"),
+    (["train", "--task", "ptb", "--set", "eval_batch_size=10000000"], "data.eval_batch_size="),
+    (["train", "--task", "multi30k", "--set", "max_tokens=10000000"], "use a smaller batch"),
     ([*TRAIN, "--set", "lr=-1"], "lr=-1 is not accepted"),
     ([*TRAIN, "--set", "arch=encoder-only"], "arch='encoder-only'"),
     ([*TRAIN, "--set", "positional=rotary"], "positional='rotary' is not one of"),
@@ -267,6 +271,25 @@ def test_translate_refuses_bad_settings_and_sources(
 def test_translate_with_nothing_to_translate(checkpoints, capsys, monkeypatch):
     argv = ["translate", checkpoints / "encoder-decoder" / "last.pt"]
     expect_cli_error(argv, "nothing to translate", capsys, monkeypatch, stdin="\n  \n")
+
+
+@pytest.mark.parametrize("model", ["checkpoint", "shipped"])
+def test_a_beam_the_machine_cannot_hold_is_refused_before_decoding(
+    model, checkpoints, capsys, monkeypatch
+):
+    path = checkpoints / "encoder-decoder" / "last.pt" if model == "checkpoint" else None
+    text = "3 1 4" if model == "checkpoint" else "Ein Hund."
+    path = path or Path(__file__).resolve().parents[1] / "models" / "multi30k"
+    monkeypatch.setattr("annotated_transformer.decode.free_memory", lambda device: 2 * 10**9)
+    decoded = []
+    monkeypatch.setattr("annotated_transformer.decode._Stepper.__call__", decoded.append)
+    expect_cli_error(
+        ["translate", path, "--text", text, "--beam", "1000000", "--device", "cpu"],
+        "GB this cpu device can spare (80% of its free memory); use beam_size <= ",
+        capsys,
+        monkeypatch,
+    )
+    assert decoded == []  # refused before the first step
 
 
 def test_a_source_longer_than_the_budget_translates_with_a_visible_warning(

@@ -10,6 +10,7 @@ from conftest import tiny_model
 
 from annotated_transformer.decode import (
     beam_search,
+    decoding_bytes,
     exhaustive_best,
     filter_logits,
     greedy_decode,
@@ -402,3 +403,49 @@ def test_encoder_only_decodes_without_cache_reading_the_whole_prefix_each_step()
     assert torch.equal(got, expected)
     with pytest.raises(TypeError, match="use_cache=False"):
         greedy_decode(model, prompt=prompt, max_new_tokens=6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded before allocated
+
+
+@pytest.fixture
+def one_gigabyte_free(monkeypatch):
+    monkeypatch.setattr("annotated_transformer.decode.free_memory", lambda device: 10**9)
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_a_beam_the_device_cannot_hold_is_refused_naming_the_largest_that_fits(
+    arch, one_gigabyte_free
+):
+    model = tiny_model(arch)
+    inputs = {"src": torch.tensor([[3, 4, 5]]), "bos_id": 1}
+    if arch == "decoder-only":
+        inputs = {"prompt": torch.tensor([[3, 4, 5]])}
+    with pytest.raises(ValueError, match=r"beam_size=1000000 for 1 input\(s\)") as error:
+        beam_search(model, beam_size=10**6, max_new_tokens=8, eos_id=2, **inputs)
+    largest = int(re.search(r"use beam_size <= (\d+)", str(error.value)).group(1))
+    assert "more than the 0.8 GB this cpu device can spare" in str(error.value)
+    start, source = (3, 0) if arch == "decoder-only" else (1, 3)  # the prompt, or bos and src
+    assert (
+        decoding_bytes(model, largest, start + 8, source, window=16 if source == 0 else None)
+        <= 0.8e9
+    )
+    beam_search(model, beam_size=4, max_new_tokens=8, eos_id=2, **inputs)  # a usual beam passes
+
+
+def test_new_tokens_the_device_cannot_hold_are_refused(one_gigabyte_free):
+    model = tiny_model("decoder-only")
+    prompt = torch.tensor([[3, 4, 5]])
+    with pytest.raises(ValueError, match="decode fewer new tokens"):
+        greedy_decode(model, prompt=prompt, max_new_tokens=10**9, window=None)
+    with pytest.raises(ValueError, match=r"decode at most \d+ input\(s\) at a time"):
+        sample(model, prompt=prompt.repeat(10**6, 1), max_new_tokens=400)
+
+
+def test_the_decoding_estimate_grows_with_what_is_asked():
+    model = tiny_model("encoder-decoder")
+    base = decoding_bytes(model, rows=4, length=10, source_length=5)
+    assert decoding_bytes(model, rows=8, length=10, source_length=5) == 2 * base
+    assert decoding_bytes(model, rows=4, length=20, source_length=5) > base
+    assert decoding_bytes(model, rows=4, length=10, source_length=5, use_cache=False) > base

@@ -97,6 +97,26 @@ KIND_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
 }
 
 
+# The most tokens one batch may hold: 64 times the largest batch of the course's recipes (and
+# 40 times the paper's 25k per GPU), far below what a typo (batch_size=10**9) would allocate.
+MAX_BATCH_TOKENS = 2**20
+
+
+def batch_tokens(kind: str, options: Mapping[str, Any]) -> dict[str, int]:
+    """The tokens one batch of each batch size of a task holds, by option: the copy task's
+    ``batch_size`` rows of a source and a target of ``length`` (and their start and end
+    symbols), a language model's ``batch_size`` and ``eval_batch_size`` windows of
+    ``context_length``, a translation batch's ``max_tokens``."""
+    values = {**{key: default for key, (default, _) in KIND_OPTIONS[kind].items()}, **options}
+    if kind == "copy":
+        return {"batch_size": values["batch_size"] * (2 * values["length"] + 2)}
+    if kind == "language-model":
+        return {
+            key: values[key] * values["context_length"] for key in ("batch_size", "eval_batch_size")
+        }
+    return {"max_tokens": values["max_tokens"]}
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """A task's name, its kind (``copy``, ``language-model``, ``translation``) and its options."""
@@ -161,3 +181,10 @@ def check_options(name: str, options: Mapping[str, Any]) -> None:
         rule = spec.options[key][1]
         if not _accepts(value, rule):
             raise ValueError(f"data.{key}={value!r} is not accepted: use {rule}")
+    for key, tokens in batch_tokens(spec.kind, options).items():
+        if tokens > MAX_BATCH_TOKENS:
+            raise ValueError(
+                f"data.{key}={options.get(key, spec.defaults[key])!r} gives batches of {tokens:,} "
+                f"tokens, more than the {MAX_BATCH_TOKENS:,} this package trains on in one batch; "
+                f"use a smaller batch (and train.accumulation for a larger update)"
+            )
