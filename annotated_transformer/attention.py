@@ -20,18 +20,23 @@ from torch import Tensor, nn
 
 from .masking import causal_mask, combine_masks
 
-# On a CPU, torch's fused (flash) kernel for F.scaled_dot_product_attention is slower than its
-# plain matmul-softmax-matmul path for short key lengths: forward plus backward in bf16 at about
-# 6000 tokens per batch, 4x slower at 20-49 keys, 1.5x at 128, 2x *faster* at 192 and 256
-# (measured on 2 cores with avx512_bf16; a translation batch is short sentences, a character
-# LM's window long). Up to this many keys, CPU attention takes the math path.
+# On a CPU, which of torch's kernels for F.scaled_dot_product_attention is faster depends on the
+# precision. Causal forward plus backward on 2 cores with avx512_bf16 (benchmarks/README.md):
+# in bf16 the fused (flash) kernel is 2.5x slower than the plain matmul-softmax-matmul path at
+# 32-64 keys and 1.9x at 128, and 1.1-2x faster from 192 keys on; in fp32 the fused kernel is
+# faster at every length (1.3-2x) and keeps no [B, H, T, T] weights for the backward pass. So a
+# half-precision attention over at most this many keys takes the math path; everything else is
+# torch's choice.
 CPU_MATH_MAX_KEYS = 128
 
 
-def _sdpa_backend(device: torch.device, key_len: int) -> contextlib.AbstractContextManager:
-    """The kernel choice for F.scaled_dot_product_attention: the math path for short keys on a
-    CPU (see CPU_MATH_MAX_KEYS), torch's own choice otherwise. Both compute the same function."""
-    if device.type == "cpu" and key_len <= CPU_MATH_MAX_KEYS:
+def _sdpa_backend(
+    device: torch.device, key_len: int, dtype: torch.dtype
+) -> contextlib.AbstractContextManager:
+    """The kernel choice for F.scaled_dot_product_attention: the math path for short keys in
+    half precision on a CPU (see CPU_MATH_MAX_KEYS), torch's own choice otherwise. Both compute
+    the same function."""
+    if device.type == "cpu" and dtype != torch.float32 and key_len <= CPU_MATH_MAX_KEYS:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         return sdpa_kernel(SDPBackend.MATH)
@@ -354,7 +359,7 @@ class MultiHeadAttention(nn.Module):
             attn_mask = position_bias.to(q.dtype)
             if mask is not None:
                 attn_mask = attn_mask.masked_fill(~mask, torch.finfo(q.dtype).min)
-        with _sdpa_backend(q.device, k.shape[-2]):
+        with _sdpa_backend(q.device, k.shape[-2], q.dtype):
             output = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
             )  # [B, H, T_q, d_v]

@@ -17,6 +17,7 @@ from annotated_transformer.attention import (
     CPU_MATH_MAX_KEYS,
     KVCache,
     MultiHeadAttention,
+    _sdpa_backend,
     dot_product_attention,
 )
 from annotated_transformer.masking import (
@@ -390,8 +391,8 @@ def test_efficient_and_explicit_paths_agree(mask_kind, is_causal, bias_kind):
 
 @pytest.mark.parametrize("key_len", [6, CPU_MATH_MAX_KEYS, CPU_MATH_MAX_KEYS + 1])
 def test_cpu_kernel_choice_computes_the_same_attention_on_both_sides_of_the_cut(key_len):
-    """Short keys on a CPU take torch's math kernel, longer ones its fused kernel: on either side
-    the efficient path equals the explicit one, output and gradients."""
+    """Short keys in half precision on a CPU take torch's math kernel, the rest its fused kernel:
+    on either side the efficient path equals the explicit one, output and gradients."""
     torch.manual_seed(0)
     mha = make_mha()
     x = randn(2, key_len, D_MODEL).requires_grad_()
@@ -403,6 +404,27 @@ def test_cpu_kernel_choice_computes_the_same_attention_on_both_sides_of_the_cut(
     (gradient,) = torch.autograd.grad(efficient.sum(), x)
     (expected,) = torch.autograd.grad(explicit.sum(), x)
     torch.testing.assert_close(gradient, expected, **TIGHT)
+
+
+@pytest.mark.parametrize(
+    "dtype, key_len, math",
+    [
+        (torch.bfloat16, 6, True),
+        (torch.bfloat16, CPU_MATH_MAX_KEYS, True),
+        (torch.bfloat16, CPU_MATH_MAX_KEYS + 1, False),
+        (torch.float16, 64, True),
+        (torch.float32, 6, False),  # fp32: the fused kernel is the faster one at every length
+        (torch.float32, CPU_MATH_MAX_KEYS, False),
+    ],
+)
+def test_the_cpu_kernel_choice_depends_on_the_precision_and_the_key_length(dtype, key_len, math):
+    from torch.nn.attention import SDPBackend
+
+    with _sdpa_backend(torch.device("cpu"), key_len, dtype):
+        allowed = torch._fused_sdp_choice(*(torch.zeros(1, 1, key_len, 8, dtype=dtype),) * 3)
+    assert (allowed == SDPBackend.MATH.value) is math
+    with _sdpa_backend(torch.device("cuda"), key_len, dtype):  # never on another device
+        assert torch.backends.cuda.flash_sdp_enabled()
 
 
 def test_efficient_and_explicit_paths_agree_for_cross_attention():
@@ -730,7 +752,7 @@ def test_default_head_sizes_are_bit_identical_to_the_tied_code():
     x = torch.randn(2, 6, D_MODEL)
     q, k, v = mha.qkv(x).split(D_MODEL, dim=-1)  # the code before head sizes of their own
     q, k, v = (t.view(2, 6, N_HEADS, D_K).transpose(1, 2) for t in (q, k, v))
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+    with _sdpa_backend(x.device, 6, x.dtype):  # the kernel the module chooses
         tied = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     tied = mha.out(tied.transpose(1, 2).reshape(2, 6, D_MODEL))
     for module in (mha, explicit):
