@@ -7,9 +7,11 @@ within each repeat (after a warm-up) and reporting medians. ``ratio > 1`` means 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +27,10 @@ from benchmarks.models import (
     ReferenceEncoderDecoder,
     Size,
     decoder_only_config,
+    nanogpt_model,
     our_decoder_only,
     our_encoder_decoder,
+    our_nanogpt_like,
 )
 
 LOWER_IS_BETTER = {"MiB", "ms"}  # units whose ratio is reference / ours
@@ -40,12 +44,33 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def training_step(model: nn.Module, inputs: tuple[Tensor, ...], targets: Tensor, optimizer):
-    """One forward + backward + AdamW step; returns a callable with no host sync inside."""
+def training_step(
+    model: nn.Module,
+    inputs: tuple[Tensor, ...],
+    targets: Tensor,
+    optimizer,
+    precision: str = "fp32",
+    own_loss: bool = False,
+):
+    """One forward + backward + AdamW step; returns a callable with no host sync inside.
+
+    ``precision="bf16"``: the forward pass under bf16 autocast (as the Trainer runs it).
+    ``own_loss``: the model computes its loss itself, ``model(tokens, targets) -> (logits,
+    loss)`` (nanoGPT's GPT).
+    """
+    device_type = inputs[0].device.type
 
     def step() -> None:
-        logits = model(*inputs)  # [B, T, V]
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        with (
+            torch.autocast(device_type, dtype=torch.bfloat16)
+            if precision == "bf16"
+            else contextlib.nullcontext()
+        ):
+            if own_loss:
+                _, loss = model(*inputs, targets)
+            else:
+                logits = model(*inputs)  # [B, T, V]
+                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -88,15 +113,33 @@ def row(name: str, ours: float, reference: float, unit: str, note: str = "") -> 
     return result
 
 
-def training_setup(kind: str, size: Size, device: torch.device, seed: int = 0):
-    """(step callable, model, inputs, targets) for ``kind`` in ours-gpt, reference-gpt, ours-seq2seq,
-    reference-seq2seq."""
+OURS = ("ours-gpt", "ours-seq2seq", "ours-nanogpt")
+
+
+def training_setup(
+    kind: str,
+    size: Size,
+    device: torch.device,
+    seed: int = 0,
+    precision: str = "fp32",
+    nanogpt: ModuleType | None = None,
+):
+    """(step callable, model, inputs, targets) for ``kind``: ours-gpt and reference-gpt (the
+    ``torch.nn`` decoder), ours-seq2seq and reference-seq2seq (``nn.Transformer``), ours-nanogpt
+    and nanogpt (nanoGPT's ``GPT``, from the ``nanogpt`` module).
+
+    Each side trains as its code does: ours with :func:`annotated_transformer.build_optimizer`
+    (the Trainer's, torch's fused AdamW), the references with ``torch.optim.AdamW``'s defaults
+    (nanoGPT's own ``configure_optimizers`` asks for the fused kernel on CUDA only).
+    """
     torch.manual_seed(seed)
     builders = {
         "ours-gpt": our_decoder_only,
         "reference-gpt": ReferenceDecoderOnly,
         "ours-seq2seq": our_encoder_decoder,
         "reference-seq2seq": ReferenceEncoderDecoder,
+        "ours-nanogpt": our_nanogpt_like,
+        "nanogpt": lambda size: nanogpt_model(nanogpt, size),
     }
     model = builders[kind](size).to(device).train()
     generator = torch.Generator().manual_seed(seed)
@@ -108,8 +151,12 @@ def training_setup(kind: str, size: Size, device: torch.device, seed: int = 0):
         inputs = (src, tokens)
     else:
         inputs = (tokens,)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return training_step(model, inputs, targets, optimizer), model, inputs, targets
+    if kind in OURS:
+        optimizer = at.build_optimizer(model, lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = training_step(model, inputs, targets, optimizer, precision, own_loss=kind == "nanogpt")
+    return step, model, inputs, targets
 
 
 def steps(step: Callable[[], None], count: int) -> Callable[[], None]:
@@ -121,10 +168,21 @@ def steps(step: Callable[[], None], count: int) -> Callable[[], None]:
 
 
 def bench_training(
-    label: str, pair: tuple[str, str], size: Size, plan: Plan, device: torch.device, log
+    label: str,
+    pair: tuple[str, str],
+    size: Size,
+    plan: Plan,
+    device: torch.device,
+    log,
+    precision: str = "fp32",
+    nanogpt: ModuleType | None = None,
+    versus: str = "",
 ) -> list[dict]:
-    ours_step, ours_model, *_ = training_setup(pair[0], size, device)
-    reference_step, reference_model, *_ = training_setup(pair[1], size, device)
+    """The tokens/s row of ``pair`` = (ours, reference) at ``size`` and ``precision``, and its
+    peak-memory row; ``versus`` names a reference other than torch.nn's in the row's name."""
+    setup = {"device": device, "precision": precision, "nanogpt": nanogpt}
+    ours_step, ours_model, *_ = training_setup(pair[0], size, **setup)
+    reference_step, reference_model, *_ = training_setup(pair[1], size, **setup)
     ours_parameters, reference_parameters = (
         at.count_parameters(ours_model),
         at.count_parameters(reference_model),
@@ -143,9 +201,12 @@ def bench_training(
     )
     tokens = size.batch * size.context * plan.steps
     note = size.note
+    versus = f" vs {versus}" if versus else ""
+    autocast = "" if precision == "fp32" else f", {precision} autocast"
+    label = f"{label} training{versus}{autocast}"
     rows = [
         row(
-            f"{label} training [{size.name}]",
+            f"{label} [{size.name}]",
             tokens / seconds["ours"],
             tokens / seconds["reference"],
             "tokens/s",
@@ -155,8 +216,8 @@ def bench_training(
     log(f"    {rows[-1]['ours']:,.0f} vs {rows[-1]['reference']:,.0f} tokens/s")
     del ours_step, ours_model, reference_step, reference_model
     if plan.memory:
-        ours_memory = peak_memory(pair[0], size, device)
-        reference_memory = peak_memory(pair[1], size, device)
+        ours_memory = peak_memory(pair[0], size, **setup)
+        reference_memory = peak_memory(pair[1], size, **setup)
         how = (
             "torch.cuda.max_memory_allocated rise in a step"
             if device.type == "cuda"
@@ -164,7 +225,7 @@ def bench_training(
         )
         rows.append(
             row(
-                f"{label} training peak memory [{size.name}]",
+                f"{label} peak memory [{size.name}]",
                 ours_memory,
                 reference_memory,
                 "MiB",
@@ -175,7 +236,7 @@ def bench_training(
     return rows
 
 
-def peak_memory(kind: str, size: Size, device: torch.device) -> float:
+def peak_memory(kind: str, size: Size, device: torch.device, **setup) -> float:
     """MiB a training step needs beyond the parameters, gradients and optimizer state.
 
     CUDA: the rise of ``torch.cuda.max_memory_allocated`` in a step. CPU has no allocator
@@ -184,7 +245,7 @@ def peak_memory(kind: str, size: Size, device: torch.device) -> float:
     parameters excluded: the part of a step's memory that differs between two models with the
     same parameters.
     """
-    step, model, inputs, targets = training_setup(kind, size, device)
+    step, model, inputs, targets = training_setup(kind, size, device, **setup)
     if device.type == "cuda":
         step()  # the optimizer state exists from the first step on
         torch.cuda.synchronize(device)
@@ -204,8 +265,7 @@ def peak_memory(kind: str, size: Size, device: torch.device) -> float:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        logits = model(*inputs)  # [B, T, V]
-        F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        step()  # the whole step: saved tensors are packed in its forward pass
     return sum(saved.values()) / 2**20
 
 

@@ -6,7 +6,15 @@ implementations, not models.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+import os
+import tempfile
+import urllib.request
 from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import Tensor, nn
@@ -89,7 +97,7 @@ def make_plan(mode: str, cuda: bool) -> Plan:
             memory=True,
         )
     if mode == "smoke":  # seconds: for the test of the suite itself, not for numbers
-        tiny = Size("tiny", 17, 16, 2, 1, 32, 8, 2, note="smoke")
+        tiny = Size("tiny", 17, 16, 2, 1, 64, 8, 2, note="smoke")  # d_ff = 4 d: nanoGPT's MLP
         return Plan(
             "smoke",
             [tiny],
@@ -203,3 +211,69 @@ class ReferenceEncoderDecoder(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device)
         x = self.transformer(source, target, tgt_mask=mask, tgt_is_causal=True)
         return self.head(x)  # [B, T, V]
+
+
+# --- nanoGPT's GPT: read from a path or fetched at run time, never committed -----------------
+
+NANOGPT_URL = "https://raw.githubusercontent.com/karpathy/nanoGPT/master/model.py"
+
+
+def load_nanogpt(source: str | os.PathLike | None = None) -> tuple[ModuleType | None, str]:
+    """nanoGPT's ``model.py`` as a module, and where it came from; ``(None, why)`` without it.
+
+    ``source``: the file, or a nanoGPT checkout that holds it; else ``$AT_NANOGPT``; else the
+    file is fetched from GitHub into a temporary folder (a machine with internet). The code is
+    nanoGPT's own, so a row compares the implementations a reader would choose between.
+    """
+    source = source or os.environ.get("AT_NANOGPT")
+    if source:
+        path = Path(source)
+        path = path / "model.py" if path.is_dir() else path
+        if not path.is_file():
+            return None, f"nanoGPT's model.py not found at {path} (--nanogpt or AT_NANOGPT)"
+        origin = str(path)
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="nanogpt-"))
+        path = folder / "model.py"
+        try:
+            with urllib.request.urlopen(NANOGPT_URL, timeout=10) as response:
+                path.write_bytes(response.read())
+        except OSError as error:
+            return None, (
+                f"no nanoGPT model.py: none given (--nanogpt PATH or AT_NANOGPT) and fetching "
+                f"{NANOGPT_URL} failed ({type(error).__name__}: {error})"
+            )
+        origin = NANOGPT_URL
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "GPT") or not hasattr(module, "GPTConfig"):
+        return None, f"{origin} has no GPT and GPTConfig: not nanoGPT's model.py"
+    return module, origin
+
+
+def nanogpt_like_config(size: Size) -> at.TransformerConfig:
+    """Our decoder-only model in nanoGPT's shape: learned positions, pre-norm with a final norm,
+    GELU, biases, tied embeddings, N(0, 0.02) init (the same parameter count)."""
+    return replace(decoder_only_config(size), activation="gelu", tie_embeddings=True, init="normal")
+
+
+def our_nanogpt_like(size: Size) -> nn.Module:
+    return at.build_model(nanogpt_like_config(size))
+
+
+def nanogpt_model(module: ModuleType, size: Size) -> nn.Module:
+    """nanoGPT's ``GPT`` at ``size`` (its MLP is 4·d_model wide: ``size.d_ff`` must be that)."""
+    if size.d_ff != 4 * size.d_model:
+        raise ValueError(f"{size.name}: nanoGPT's MLP is 4 x d_model, not d_ff={size.d_ff}")
+    config = module.GPTConfig(
+        block_size=size.context,
+        vocab_size=size.vocab_size,
+        n_layer=size.n_layers,
+        n_head=size.n_heads,
+        n_embd=size.d_model,
+        dropout=0.0,
+        bias=True,
+    )
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count
+        return module.GPT(config)

@@ -48,3 +48,30 @@ def markdown_table(document: dict) -> str:
             f"| {item['ratio']:.2f} |"
         )
     return "\n".join(lines)
+
+
+# Run-to-run spread of a training row's ratio on one machine: repeated quick runs of one commit
+# on a 2-core CPU gave ratios up to 0.12 apart (0.93-1.05); a fall by more than this is a
+# regression beyond noise.
+RATIO_NOISE = 0.12
+
+
+def regressions(document: dict, history: list[dict]) -> list[str]:
+    """One line per row of ``document`` whose ratio fell by more than :data:`RATIO_NOISE` from
+    the last stored run on the same device (``history``, oldest first); a line saying so when
+    none did, or when there is nothing to compare with."""
+    same = [stored for stored in history if stored["device"] == document["device"]]
+    if not same:
+        return [f"regressions: no earlier stored run on {document['device']} to compare with"]
+    last = same[-1]
+    before = {item["name"]: item["ratio"] for item in last["results"]}
+    lines = [
+        f"REGRESSION {item['name']}: ratio {item['ratio']:.2f}, was {before[item['name']]:.2f} "
+        f"at {(last.get('git_commit') or 'unknown')[:7]} ({last['date'][:10]})"
+        for item in document["results"]
+        if item["name"] in before and item["ratio"] < before[item["name"]] - RATIO_NOISE
+    ]
+    commit = (last.get("git_commit") or "unknown")[:7]
+    return lines or [
+        f"regressions: none beyond {RATIO_NOISE} against {commit} ({last['date'][:10]})"
+    ]

@@ -5,6 +5,8 @@
     python benchmarks/run.py --json PATH     # also write the results as JSON
     python benchmarks/run.py --profile       # torch.profiler tables of one training step, both models
     python benchmarks/run.py --table PATH    # a stored results document as a Markdown table
+    python benchmarks/run.py --quick --store # store it (results/, history/) and compare with the last
+    python benchmarks/run.py --nanogpt PATH  # nanoGPT's model.py (else AT_NANOGPT, else fetched)
 
 Every row compares "ours" with a "reference" measured in the same process, alternating the two
 within each repeat (after a warm-up) and reporting medians. ``ratio > 1`` means we are better:
@@ -30,6 +32,7 @@ if str(REPOSITORY) not in sys.path:  # `python benchmarks/run.py` from a checkou
     sys.path.insert(0, str(REPOSITORY))
 
 from annotated_transformer.training.provenance import code_version, device_name, provenance  # noqa: E402
+from annotated_transformer.training.train import native_bf16  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     bench_beam,
     bench_cuda,
@@ -38,8 +41,11 @@ from benchmarks.measure import (  # noqa: E402
     synchronize,
     training_setup,
 )
-from benchmarks.models import NANOGPT, SMALL, Size, make_plan  # noqa: E402
-from benchmarks.report import format_table, markdown_table  # noqa: E402
+from benchmarks.models import NANOGPT, SMALL, Size, load_nanogpt, make_plan  # noqa: E402
+from benchmarks.report import format_table, markdown_table, regressions  # noqa: E402
+
+RESULTS = REPOSITORY / "benchmarks" / "results"  # the latest document of each device and mode
+HISTORY = RESULTS / "history"  # every stored document, for regressions
 
 
 def load_average() -> list[float] | None:
@@ -49,8 +55,15 @@ def load_average() -> list[float] | None:
         return None
 
 
-def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
-    """Run every benchmark of ``mode`` (full, quick, smoke) and return the results document."""
+def run_suite(
+    mode: str = "full", device: str | None = None, log=print, nanogpt: str | None = None
+) -> dict:
+    """Run every benchmark of ``mode`` (full, quick, smoke) and return the results document.
+
+    The decoder rows run against ``torch.nn`` and against nanoGPT's GPT (``nanogpt``: its
+    model.py; see :func:`benchmarks.models.load_nanogpt`), in fp32 and, on a CPU with native
+    bf16, under bf16 autocast too.
+    """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
     plan = make_plan(mode, cuda)
@@ -63,20 +76,45 @@ def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
     started = time.perf_counter()
     results: list[dict] = []
     skipped: list[dict] = []
-    log("training throughput, decoder-only vs nn.TransformerEncoder (pre-norm, causal):")
-    for size in plan.decoder_sizes:
+    # On CUDA, bf16 is measured by bench_cuda's rows; on a CPU only where it is native.
+    precisions = ["fp32", "bf16"] if not cuda and native_bf16(device) else ["fp32"]
+    if not cuda and "bf16" not in precisions:
+        skipped.append({"name": "bf16 training", "reason": "this CPU has no native bf16"})
+    module, origin = load_nanogpt(nanogpt) if mode != "smoke" or nanogpt else (None, "")
+    if module is None:
+        reason = origin or "smoke mode: nanoGPT is not fetched (give --nanogpt PATH)"
+        skipped.append({"name": "decoder-only training vs nanoGPT", "reason": reason})
+        log(f"  skipped: decoder-only training vs nanoGPT ({reason})")
+    for precision in precisions:
+        log(f"training throughput ({precision}), decoder-only vs nn.TransformerEncoder:")
+        for size in plan.decoder_sizes:
+            results += bench_training(
+                "decoder-only", ("ours-gpt", "reference-gpt"), size, plan, device, log, precision
+            )
+        if module is not None:
+            log(f"training throughput ({precision}), decoder-only vs nanoGPT ({origin}):")
+            for size in plan.decoder_sizes:
+                results += bench_training(
+                    "decoder-only",
+                    ("ours-nanogpt", "nanogpt"),
+                    size,
+                    plan,
+                    device,
+                    log,
+                    precision,
+                    module,
+                    versus="nanoGPT",
+                )
+        log(f"training throughput ({precision}), encoder-decoder vs nn.Transformer (post-norm):")
         results += bench_training(
-            "decoder-only", ("ours-gpt", "reference-gpt"), size, plan, device, log
+            "encoder-decoder",
+            ("ours-seq2seq", "reference-seq2seq"),
+            plan.translation,
+            plan,
+            device,
+            log,
+            precision,
         )
-    log("training throughput, encoder-decoder vs nn.Transformer (post-norm):")
-    results += bench_training(
-        "encoder-decoder",
-        ("ours-seq2seq", "reference-seq2seq"),
-        plan.translation,
-        plan,
-        device,
-        log,
-    )
     if not plan.memory:
         skipped.append({"name": "peak memory", "reason": f"not measured in {mode} mode"})
     log("decoding:")
@@ -95,6 +133,7 @@ def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
             skipped.append({"name": name, "reason": "CUDA only; no CUDA device present"})
             log(f"  skipped: {name} (CUDA only)")
     # The results store's provenance, under this document's own (stored, documented) keys.
+    origin_nanogpt = origin if module is not None else None
     origin = provenance(0, time.perf_counter() - started, device, code)
     return {
         "device": origin["device"],
@@ -111,6 +150,7 @@ def run_suite(mode: str = "full", device: str | None = None, log=print) -> dict:
         # lowers the absolute numbers and adds noise: the 1, 5, 15-minute load averages.
         "load_average": {"before": load_before, "after": load_average()},
         "python": origin["python_version"],
+        "nanogpt": origin_nanogpt,
         "results": results,
         "skipped": skipped,
     }
@@ -146,6 +186,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--profile", action="store_true", help="profile a training step instead")
     parser.add_argument("--table", type=Path, help="print a stored JSON as Markdown, run nothing")
+    parser.add_argument("--nanogpt", help="nanoGPT's model.py or checkout (else AT_NANOGPT, fetch)")
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="write results/<device>-<mode>.json and a copy in results/history/, and compare "
+        "with the last stored run of this device and mode",
+    )
     args = parser.parse_args(argv)
     if args.table:
         print(markdown_table(json.loads(args.table.read_text())))
@@ -157,13 +204,30 @@ def main(argv: list[str] | None = None) -> dict | None:
         profile(SMALL if device.type == "cpu" else NANOGPT, device)
         return None
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
-    document = run_suite(mode, args.device)
+    document = run_suite(mode, args.device, nanogpt=args.nanogpt)
     print(format_table(document))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    paths = [args.json] if args.json else []
+    if args.store:
+        history = stored_history(document["device_type"], mode)
+        for line in regressions(document, history):
+            print(line)
+        stamp = document["date"][:10] + "-" + (document["git_commit"] or "unknown")[:7]
+        name = f"{document['device_type']}-{mode}"
+        paths += [RESULTS / f"{name}.json", HISTORY / f"{name}-{stamp}.json"]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
     return document
+
+
+def stored_history(device_type: str, mode: str) -> list[dict]:
+    """The stored documents of ``device_type`` and ``mode`` in results/history/, oldest first."""
+    documents = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(HISTORY.glob(f"{device_type}-{mode}-*.json"))
+    ]
+    return sorted(documents, key=lambda document: document["date"])
 
 
 if __name__ == "__main__":

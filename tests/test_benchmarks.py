@@ -128,3 +128,118 @@ def test_the_alternating_timer_measures_each_call_and_keeps_the_thread_count():
     assert 0.002 <= seconds["short"] < seconds["long"]
     assert seconds["long"] >= 0.006
     assert set(seen) == {before} and torch.get_num_threads() == before
+
+
+# A stand-in with nanoGPT's interface (GPTConfig, GPT(config), model(idx, targets) -> (logits,
+# loss)), written by the test: the suite loads whatever model.py it is given the same way.
+FAKE_NANOGPT = """
+from dataclasses import dataclass
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 8
+    vocab_size: int = 17
+    n_layer: int = 1
+    n_head: int = 2
+    n_embd: int = 16
+    dropout: float = 0.0
+    bias: bool = True
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(
+            config.n_embd, config.n_head, 4 * config.n_embd, 0.0, activation="gelu",
+            batch_first=True, norm_first=True,
+        )
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.h = nn.TransformerEncoder(layer, config.n_layer, enable_nested_tensor=False)
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight
+        print("number of parameters: printed, as nanoGPT does")
+
+    def forward(self, idx, targets=None):
+        t = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        logits = self.lm_head(self.ln_f(self.h(x, mask=mask, is_causal=True)))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+"""
+
+
+def test_the_nanogpt_rows_run_from_a_given_model_file(tmp_path, capsys):
+    (tmp_path / "model.py").write_text(FAKE_NANOGPT)
+    suite = load_suite()
+    document = suite.run_suite("smoke", "cpu", log=lambda *_: None, nanogpt=str(tmp_path))
+    names = [item["name"] for item in document["results"]]
+    assert "decoder-only training vs nanoGPT [tiny]" in names
+    assert document["nanogpt"] == str(tmp_path / "model.py")
+    assert "number of parameters" not in capsys.readouterr().out  # its print is swallowed
+
+
+def test_without_nanogpt_the_rows_are_skipped_with_the_reason(tmp_path):
+    models = suite_module("models")
+    module, why = models.load_nanogpt(tmp_path / "absent")
+    assert module is None and "not found at" in why and "AT_NANOGPT" in why
+    (tmp_path / "model.py").write_text("x = 1\n")
+    module, why = models.load_nanogpt(tmp_path)
+    assert module is None and "not nanoGPT's model.py" in why
+    suite = load_suite()
+    document = suite.run_suite("smoke", "cpu", log=lambda *_: None)  # smoke: nothing fetched
+    skipped = {item["name"]: item["reason"] for item in document["skipped"]}
+    assert "--nanogpt PATH" in skipped["decoder-only training vs nanoGPT"]
+
+
+def test_bf16_rows_exactly_where_the_cpu_has_native_bf16(monkeypatch):
+    suite = load_suite()
+    for native in (True, False):
+        monkeypatch.setattr(suite, "native_bf16", lambda device, native=native: native)
+        document = suite.run_suite("smoke", "cpu", log=lambda *_: None)
+        bf16 = [item["name"] for item in document["results"] if "bf16 autocast" in item["name"]]
+        assert bool(bf16) is native
+        assert ("bf16 training" in {item["name"] for item in document["skipped"]}) is not native
+
+
+def test_a_fall_of_a_ratio_beyond_noise_is_reported_as_a_regression():
+    report = suite_module("report")
+    noise = report.RATIO_NOISE
+
+    def document(ratio, device="CPU: X (2 cores)", commit="a" * 40):
+        row = {"name": "decoder-only training [small-cpu]", "ratio": ratio}
+        return {"device": device, "date": "2026-12-01T00:00:00+00:00", "git_commit": commit,
+                "results": [row]}  # fmt: skip
+
+    earlier = [document(0.8), document(1.20, commit="b" * 40)]  # the last one is compared with
+    (line,) = report.regressions(document(1.20 - noise - 0.01), earlier)
+    assert line.startswith("REGRESSION decoder-only training [small-cpu]") and "bbbbbbb" in line
+    (line,) = report.regressions(document(1.20 - noise + 0.01), earlier)
+    assert line.startswith("regressions: none")
+    (line,) = report.regressions(document(0.1, device="another CPU"), earlier)
+    assert "no earlier stored run" in line
+
+
+def test_store_writes_the_latest_document_and_its_history_copy(tmp_path, monkeypatch):
+    suite = load_suite()
+    monkeypatch.setattr(suite, "RESULTS", tmp_path)
+    monkeypatch.setattr(suite, "HISTORY", tmp_path / "history")
+    suite.main(["--smoke", "--device", "cpu", "--store"])
+    latest = json.loads((tmp_path / "cpu-smoke.json").read_text())
+    (copy,) = (tmp_path / "history").glob("cpu-smoke-*.json")
+    assert json.loads(copy.read_text()) == latest
+    assert copy.name == f"cpu-smoke-{latest['date'][:10]}-{latest['git_commit'][:7]}.json"
+
+
+def test_the_stored_history_holds_the_latest_cpu_run():
+    """Every stored document of the latest CPU run is also in the history the next run compares
+    with, so that a regression shows."""
+    folder = RUN.parent / "results"
+    latest = json.loads((folder / "cpu-quick.json").read_text())
+    copies = [json.loads(p.read_text()) for p in (folder / "history").glob("cpu-quick-*.json")]
+    assert latest in copies
