@@ -1,47 +1,73 @@
-"""One run at a time per run directory (chapter 08).
+"""One run at a time per run directory (chapter 08), on every OS.
 
 Two runs writing one directory would leave ``last.pt`` from one and ``best.pt`` from the other. A
-:class:`RunLock` is a file, ``run.lock``, created with ``O_CREAT | O_EXCL`` (atomic: of two
-processes creating it, exactly one succeeds) and holding who took it: the process id, the host and
-the start time. It is removed when the run ends, normally or by an exception.
+:class:`RunLock` is a file, ``run.lock``, created with ``O_CREAT | O_EXCL`` (atomic on POSIX and
+Windows: of two processes creating it, exactly one succeeds) and holding who took it: the process
+id, when that process started, the host and the time. It is removed when the run ends, normally
+or by an exception.
 
 A process killed hard (``kill -9``, a power cut) cannot remove its lock. A lock whose process is
-gone is *stale*: on the same host, where the process id can be checked, the next run takes it
-over with a warning; a lock from another host (a shared file system) cannot be checked and is
-refused, with the path to remove by hand.
+gone is *stale*: on the same host, where the process can be checked (``psutil``, on every OS; a
+process id reused since by another process counts as gone), the next run takes it over with a
+warning; a lock from another host (a shared file system) cannot be checked and is refused, with
+the path to remove by hand. The check and the takeover happen under ``filelock``'s OS lock
+(``fcntl`` on POSIX, ``msvcrt`` on Windows; released by the OS if the process dies), so two runs
+finding the same stale lock cannot both take it over. That guard is a file of this host's
+temporary folder, named after the run directory: only runs on one host take a lock over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import os
 import socket
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+from filelock import FileLock, Timeout
+
 from .checkpoint import remove_orphan_temporaries
 
 LOCK_NAME = "run.lock"
+GUARD_TIMEOUT = 30  # seconds: another process checks and takes run.lock in far less
 
 
 class RunDirectoryLocked(RuntimeError):
     """Another live process holds the run directory; the message names it."""
 
 
-def _process_alive(pid: int) -> bool:
+def _process_started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or None if it cannot be read."""
     try:
-        os.kill(pid, 0)  # signal 0: checks that the process exists, sends nothing
-    except ProcessLookupError:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
+def _process_alive(pid: int, started: float | None = None) -> bool:
+    """Whether process ``pid`` exists (``psutil``: no signal is sent; ``os.kill(pid, 0)`` would
+    deliver CTRL_C_EVENT on Windows) and, when ``started`` is known, is the process that
+    started then rather than a later one given the same id."""
+    if pid <= 0 or not psutil.pid_exists(pid):
         return False
-    except PermissionError:  # it exists, under another user
+    if started is None:
         return True
-    except OSError:
-        return False
-    return True
+    now_started = _process_started(pid)
+    return now_started is None or abs(now_started - started) < 1.0
+
+
+def guard_path(directory: str | os.PathLike) -> Path:
+    """The file of ``filelock``'s OS lock held while ``directory``'s run lock is checked and
+    taken (a moment, not a run): in this host's temporary folder, named after the directory."""
+    digest = hashlib.sha256(str(Path(directory).resolve()).encode("utf-8")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"annotated-transformer-{digest}.lock"
 
 
 def describe_holder(holder: dict[str, Any]) -> str:
@@ -93,10 +119,20 @@ class RunLock:
         self.directory.mkdir(parents=True, exist_ok=True)
         content = {
             "pid": os.getpid(),
+            "process_started": _process_started(os.getpid()),
             "host": socket.gethostname(),
             "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "token": self._token,
         }
+        try:
+            with FileLock(guard_path(self.directory), timeout=GUARD_TIMEOUT):
+                self._take(content)
+        except Timeout:
+            raise self._locked_error(self.holder() or {}) from None
+
+    def _take(self, content: dict[str, Any]) -> None:
+        """Create the lock file, taking over a stale one (under the guard: no other process
+        checks or takes it meanwhile)."""
         for _ in range(3):
             try:
                 descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -109,7 +145,7 @@ class RunLock:
                 warnings.warn(
                     f"taking over the stale lock {self.path} of a run that is gone "
                     f"({describe_holder(holder)})",
-                    stacklevel=2,
+                    stacklevel=4,
                 )
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
@@ -159,9 +195,11 @@ class RunLock:
         self.release()
 
     def _stale(self, holder: dict[str, Any]) -> bool:
-        pid = holder.get("pid")
+        pid, started = holder.get("pid"), holder.get("process_started")
         on_this_host = holder.get("host") == socket.gethostname()
-        return on_this_host and isinstance(pid, int) and not _process_alive(pid)
+        if not (on_this_host and isinstance(pid, int) and not isinstance(pid, bool)):
+            return False
+        return not _process_alive(pid, started if isinstance(started, (int, float)) else None)
 
     def _locked_error(self, holder: dict[str, Any]) -> RunDirectoryLocked:
         if not holder:

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+import psutil
 import pytest
 import torch
 from conftest import tiny_model
@@ -133,3 +134,74 @@ def test_release_never_removes_another_holders_lock(tmp_path):
     write_lock(tmp_path, os.getppid())  # replaced behind its back
     lock.release()
     assert (tmp_path / LOCK_NAME).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every OS: the holder's liveness through psutil, never a signal
+
+
+@pytest.fixture
+def no_signals(monkeypatch):
+    """``os.kill(pid, 0)`` on Windows sends CTRL_C_EVENT: the lock must never call it. psutil
+    answers from the process table there; so does this stand-in (psutil itself uses signal 0 on
+    POSIX, where it is harmless)."""
+
+    def refuse(*arguments):
+        raise AssertionError(f"os.kill{arguments} called: on Windows signal 0 is CTRL_C_EVENT")
+
+    monkeypatch.setattr(psutil, "pid_exists", lambda pid: pid in psutil.pids())
+    monkeypatch.setattr(os, "kill", refuse)
+
+
+def test_a_live_holder_is_refused_and_a_dead_one_taken_over_without_a_signal(no_signals, tmp_path):
+    write_lock(tmp_path / "live", os.getppid())
+    with pytest.raises(RunDirectoryLocked, match=f"pid {os.getppid()} on host"):
+        RunLock(tmp_path / "live").acquire()
+    pid = dead_pid()
+    write_lock(tmp_path / "dead", pid)
+    with pytest.warns(UserWarning, match=f"stale lock .* \\(pid {pid} on host"):
+        with RunLock(tmp_path / "dead") as lock:
+            assert lock.holder()["pid"] == os.getpid()
+    assert not (tmp_path / "dead" / LOCK_NAME).exists()
+
+
+def test_a_process_id_reused_by_another_process_is_a_stale_lock(tmp_path):
+    # The holder's pid is alive, but it is not the process that took the lock: it started later.
+    write_lock(tmp_path, os.getppid())
+    holder = json.loads((tmp_path / LOCK_NAME).read_text(encoding="utf-8"))
+    holder["process_started"] = psutil.Process(os.getppid()).create_time() - 3600
+    (tmp_path / LOCK_NAME).write_text(json.dumps(holder), encoding="utf-8")
+    with pytest.warns(UserWarning, match="taking over the stale lock"):
+        RunLock(tmp_path).acquire()
+
+
+def test_a_lock_records_when_its_process_started(tmp_path):
+    with RunLock(tmp_path) as lock:
+        holder = lock.holder()
+    assert holder["process_started"] == pytest.approx(psutil.Process().create_time())
+
+
+def test_the_lock_is_taken_under_filelocks_os_lock(tmp_path):
+    # While another process holds the guard (checking or taking run.lock), a run waits for it;
+    # one that cannot get it in time is refused, not let in.
+    from filelock import FileLock
+
+    from annotated_transformer.training import run_lock
+
+    with FileLock(run_lock.guard_path(tmp_path)):
+        guard_is_held = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from annotated_transformer.training import run_lock;"
+                "run_lock.GUARD_TIMEOUT = 0.2;"
+                f"lock = run_lock.RunLock({str(tmp_path)!r})\n"
+                "try: lock.acquire()\n"
+                "except run_lock.RunDirectoryLocked: sys.exit(3)",
+            ],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    assert guard_is_held.returncode == 3
+    assert not (tmp_path / LOCK_NAME).exists()
+    with RunLock(tmp_path):  # free again
+        pass
