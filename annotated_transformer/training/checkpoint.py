@@ -34,6 +34,8 @@ import contextlib
 import errno
 import os
 import pickle
+import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -72,40 +74,95 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
 
     If ``write`` raises (or the process dies), ``path`` keeps its previous content and the
     temporary file is removed (after a hard kill it may remain, as ``.NAME.*.tmp``, but never
-    under the final name).
+    under the final name). A failed write (a full disk, whether the OS says so or torch's
+    archive writer reports it as a ``RuntimeError``) raises :class:`CheckpointWriteError`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
+    return atomic_write_files({path: write})[0]
+
+
+def atomic_write_files(
+    files: Mapping[str | os.PathLike, Callable[[IO[bytes]], None] | bytes],
+) -> list[Path]:
+    """Write several files that belong together (a shipped model's weights and description):
+    each ``write(handle)`` (or the bytes) to a temporary file beside its path, all flushed to
+    disk, and only then each moved onto its path. A failure before the moves leaves every file
+    as it was; see :func:`atomic_write`."""
+    staged: list[tuple[Path, str]] = []
     try:
-        with handle:
-            # mkstemp creates the file readable by its owner only; give it the usual permissions.
-            os.chmod(handle.name, 0o666 & ~_umask())
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        for target, write in files.items():
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = tempfile.NamedTemporaryFile(
+                dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+            )
+            staged.append((path, handle.name))
+            with handle:
+                # mkstemp creates the file readable by its owner only: give it the usual mode.
+                os.chmod(handle.name, 0o666 & ~_umask())
+                if isinstance(write, bytes):
+                    handle.write(write)
+                else:
+                    write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for path, temporary in staged:
+            os.replace(temporary, path)
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(handle.name)
-        if isinstance(error, OSError) and not isinstance(error, CheckpointWriteError):
-            raise _write_error(path, error) from error
+        for _, temporary in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        failure = None if isinstance(error, CheckpointWriteError) else _write_failure(error)
+        if failure is not None:
+            path = staged[-1][0] if staged else Path(next(iter(files)))
+            raise _write_error(path, error, failure) from error
         raise
-    _fsync_directory(path.parent)
-    return path
+    for directory in {path.parent for path, _ in staged}:
+        _fsync_directory(directory)
+    return [path for path, _ in staged]
 
 
-def _write_error(path: Path, error: OSError) -> CheckpointWriteError:
-    code = error.errno
-    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+# torch.save reports a failed write of its zip archive as a RuntimeError with these words (the
+# OSError, if any, is only its context): "[enforce fail at inline_container.cc:672] . unexpected
+# pos 704 vs 598", "PytorchStreamWriter failed writing file data/0: file write failed".
+TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "unexpected pos", "write failed")
+
+
+def _write_failure(error: BaseException) -> BaseException | None:
+    """The OSError behind ``error`` (itself, or the cause or context it was raised from), or
+    ``error`` when it is torch's report of a failed write; None for any other error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(error, RuntimeError) and any(
+        marker in str(error) for marker in TORCH_WRITE_FAILURES
+    ):
+        return error
+    return None
+
+
+def _disk_nearly_full(directory: Path, margin: int = 16 * 2**20) -> bool:
+    try:
+        return shutil.disk_usage(directory).free < margin
+    except OSError:
+        return False
+
+
+def _write_error(path: Path, error: BaseException, failure: BaseException) -> CheckpointWriteError:
+    code = getattr(failure, "errno", None)
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)) or (
+        code is None and _disk_nearly_full(path.parent)
+    ):
         reason = "no space left on the device (or the disk quota is used up)"
+    elif isinstance(failure, OSError):
+        reason = failure.strerror or str(failure)
     else:
-        reason = error.strerror or str(error)
+        reason = f"the write failed ({(str(error).splitlines() or [type(error).__name__])[0]})"
     kept = "is unchanged" if path.exists() else "was not created"
     return CheckpointWriteError(
-        code,
+        code or errno.EIO,
         f"could not write {path}: {reason}; the previous {path.name} {kept}. Free some space "
         f"(or choose another directory) and resume",
     )
@@ -132,7 +189,8 @@ def _umask() -> int:
 
 def _fsync_directory(directory: Path) -> None:
     # The rename itself lives in the directory entry; without this a power cut may forget it.
-    if os.name != "posix":
+    # Windows cannot open a directory (NTFS journals the rename itself).
+    if sys.platform == "win32":
         return
     descriptor = os.open(directory, os.O_RDONLY)
     try:

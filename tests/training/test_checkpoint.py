@@ -1,8 +1,11 @@
 import errno
 import json
 import math
+import os
 import pickle
 import random
+import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from annotated_transformer.training.checkpoint import (
     CheckpointNotFoundError,
     CheckpointWriteError,
     UnsafeCheckpointError,
+    atomic_write_files,
     atomic_write_text,
     load_checkpoint,
     load_model,
@@ -67,6 +71,96 @@ def test_an_interrupt_while_saving_also_cleans_up(tmp_path, monkeypatch):
         save_checkpoint(path, checkpoint(2))
     assert [entry.name for entry in tmp_path.iterdir()] == ["last.pt"]
     assert torch.equal(load_checkpoint(path)["weights"], torch.ones(3))
+
+
+class FullDisk:
+    """A file whose device fills after ``room`` bytes: each write past it raises ENOSPC."""
+
+    def __init__(self, handle, room):
+        self.handle, self.room = handle, room
+
+    def write(self, data):
+        if self.handle.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
+def test_a_full_disk_under_torch_save_gives_our_message_not_torchs(tmp_path, monkeypatch):
+    # torch.save turns the ENOSPC of its writer into "RuntimeError: [enforce fail at
+    # inline_container.cc:...] unexpected pos ...": the message must still be ours.
+    path = save_checkpoint(tmp_path / "last.pt", checkpoint(1))
+    real_save = torch.save
+    monkeypatch.setattr(
+        torch, "save", lambda state, handle: real_save(state, FullDisk(handle, 600))
+    )
+    with pytest.raises(CheckpointWriteError) as error:
+        save_checkpoint(path, {**checkpoint(2), "large": torch.zeros(10_000)})
+    message = str(error.value)
+    assert f"could not write {path}: no space left on the device" in message
+    assert "the previous last.pt is unchanged" in message and "inline_container" not in message
+    assert error.value.errno == errno.ENOSPC
+    assert [entry.name for entry in tmp_path.iterdir()] == ["last.pt"]
+    assert torch.equal(load_checkpoint(path)["weights"], torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    ("free", "reason"), [(0, "no space left on the device"), (10**12, "the write failed")]
+)
+def test_torchs_bare_write_failure_is_ours_too(free, reason, tmp_path, monkeypatch):
+    def writer_fails(state, handle):  # as torch raises when the C++ writer itself fails
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(torch, "save", writer_fails)
+    usage = shutil.disk_usage(tmp_path)._replace(free=free)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    with pytest.raises(CheckpointWriteError, match=f"could not write .*last.pt: {reason}"):
+        save_checkpoint(tmp_path / "last.pt", checkpoint(1))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_that_is_no_write_failure_is_not_dressed_as_one(tmp_path, monkeypatch):
+    def bug(state, handle):
+        raise RuntimeError("a bug, not a disk")
+
+    monkeypatch.setattr(torch, "save", bug)
+    with pytest.raises(RuntimeError, match="a bug, not a disk") as error:
+        save_checkpoint(tmp_path / "last.pt", checkpoint(1))
+    assert not isinstance(error.value, CheckpointWriteError)
+
+
+def test_files_written_together_are_all_kept_when_one_fails(tmp_path):
+    atomic_write_files({tmp_path / "a": b"old a", tmp_path / "b": b"old b"})
+
+    def fails(handle):
+        handle.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointWriteError, match="no space left"):
+        atomic_write_files({tmp_path / "a": b"new a", tmp_path / "b": fails})
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == ["a", "b"]
+    assert (tmp_path / "a").read_bytes() == b"old a" and (tmp_path / "b").read_bytes() == b"old b"
+
+
+@pytest.mark.parametrize("platform", ["win32", "linux"])
+def test_the_directory_is_synced_where_the_os_can_open_it(platform, tmp_path, monkeypatch):
+    # Windows cannot open a directory (os.open raises PermissionError): the write must not try.
+    monkeypatch.setattr(sys, "platform", platform)
+    real_open, opened = os.open, []
+
+    def windows_like_open(path, flags, *rest):
+        if Path(path).is_dir():
+            opened.append(path)
+            if platform == "win32":
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *rest)
+
+    monkeypatch.setattr(os, "open", windows_like_open)
+    atomic_write_text(tmp_path / "history.json", "[]\n")
+    assert (tmp_path / "history.json").read_text(encoding="utf-8") == "[]\n"
+    assert opened == ([] if platform == "win32" else [tmp_path])
 
 
 class RunsCode:
