@@ -101,7 +101,7 @@ def npm_pack(asset: Asset, workdir: Path) -> Path:
 def fetch(destination: Path = VENDOR_SOURCE) -> None:
     """Put ASSETS' files under destination/_vendor/, unless they are there already."""
     stamp = destination / ".manifest"
-    if stamp.is_file() and stamp.read_text() == manifest_digest():
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == manifest_digest():
         print(f"book assets: up to date in {destination.relative_to(ROOT)}")
         return
     if shutil.which("npm") is None:
@@ -121,7 +121,7 @@ def fetch(destination: Path = VENDOR_SOURCE) -> None:
             if not copied:
                 sys.exit(f"{asset.package}@{asset.version} has no files matching {asset.files}")
             print(f"book assets: {asset.package}@{asset.version} ({copied} files)")
-    stamp.write_text(manifest_digest())
+    stamp.write_text(manifest_digest(), encoding="utf-8")
 
 
 def pages(site: Path) -> Iterator[Path]:

@@ -166,3 +166,66 @@ def test_every_stored_artefact_loads(tmp_path):
     for folder in shipped:
         loaded = load_pretrained(folder)
         assert isinstance(loaded.model, torch.nn.Module) and loaded.tokenizer is not None, folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows: explicit UTF-8, no POSIX-only module
+
+TEXT_CALLS = {"open", "read_text", "write_text", "TextIOWrapper", "fdopen"}
+POSIX_ONLY = {"fcntl", "resource", "pwd", "grp", "termios", "tty", "pty", "posix"}
+
+
+def text_calls_without_encoding(path: Path) -> list[str]:
+    """Each call of ``path`` that opens a file as text with the locale's codec (cp1252 on
+    Windows): no ``encoding=``, and no binary mode."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        if name not in TEXT_CALLS or any(word.arg == "encoding" for word in node.keywords):
+            continue
+        if isinstance(node.func, ast.Attribute) and ast.unparse(node.func) == "os.open":
+            continue  # a descriptor, no codec
+        modes = [arg for arg in node.args if isinstance(arg, ast.Constant)]
+        modes += [word.value for word in node.keywords if word.arg == "mode"]
+        if any(isinstance(mode, ast.Constant) and "b" in str(mode.value) for mode in modes):
+            continue
+        positional = {"read_text": 1, "write_text": 2}.get(name)  # encoding given positionally
+        if positional is not None and len(node.args) >= positional:
+            continue
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_every_text_file_the_package_opens_names_its_encoding():
+    found = [
+        line for path in sorted(PACKAGE.rglob("*.py")) for line in text_calls_without_encoding(path)
+    ]
+    assert found == []
+
+
+def test_the_encoding_check_sees_a_call_without_one(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "open('a')\nopen('a', 'rb')\nPath('a').read_text()\nPath('a').write_text('x', 'utf-8')\n",
+        encoding="utf-8",
+    )
+    assert [line.split(": ", 1)[1] for line in text_calls_without_encoding(sample)] == [
+        "open('a')",
+        "Path('a').read_text()",
+    ]
+
+
+def test_no_posix_only_module_is_imported_by_the_package():
+    imported = {
+        (path.relative_to(ROOT).as_posix(), alias.name.split(".")[0])
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in (
+            node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
+        )
+    }
+    assert {(path, name) for path, name in imported if name in POSIX_ONLY} == set()

@@ -22,7 +22,14 @@ import torch
 def _git(*arguments: str, cwd: Path) -> str | None:
     try:
         result = subprocess.run(
-            ["git", *arguments], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+            ["git", *arguments],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",  # git writes UTF-8 paths; the locale's codec may not read them
+            errors="replace",
+            timeout=10,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None

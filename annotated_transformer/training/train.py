@@ -322,7 +322,7 @@ NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
     """The CPU's feature flags as Linux lists them (empty where that file is missing)."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return set()
     flags: set[str] = set()
