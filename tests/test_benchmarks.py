@@ -243,3 +243,36 @@ def test_the_stored_history_holds_the_latest_cpu_run():
     latest = json.loads((folder / "cpu-quick.json").read_text())
     copies = [json.loads(p.read_text()) for p in (folder / "history").glob("cpu-quick-*.json")]
     assert latest in copies
+
+
+def recipe_module(monkeypatch, **changes):
+    """benchmarks/nanogpt_recipe.py with its recipe shrunk to seconds."""
+    module = suite_module("nanogpt_recipe")
+    small = {"max_iters": 6, "lr_decay_iters": 6, "warmup_iters": 2, "eval_interval": 3,
+             "eval_iters": 2, "n_layer": 1, "n_embd": 16, "n_head": 2, "block_size": 8}  # fmt: skip
+    monkeypatch.setattr(module, "RECIPE", {**module.RECIPE, **small, **changes})
+    return module
+
+
+def test_time_to_target_counts_from_the_first_evaluation_to_the_first_at_the_target():
+    module = suite_module("nanogpt_recipe")
+    evaluations = [(0, 10.0, 4.2), (250, 40.0, 2.1), (500, 70.0, 1.89), (750, 99.0, 1.7)]
+    result = module.time_to_target(evaluations, 1.89)
+    assert result["reached_at_step"] == 500 and result["seconds_to_target"] == 60.0
+    assert result["final_val_loss"] == 1.7
+    assert module.time_to_target(evaluations, 1.89, start=0.0)["seconds_to_target"] == 70.0
+    assert module.time_to_target(evaluations, 1.0)["seconds_to_target"] is None
+
+
+def test_both_sides_of_the_recipe_train_and_evaluate(tmp_path, monkeypatch):
+    """The restated nanoGPT loop (over a model.py with nanoGPT's interface) and our command line
+    both train the shrunk recipe and evaluate at every eval_interval."""
+    module = recipe_module(monkeypatch)
+    (tmp_path / "model.py").write_text(FAKE_NANOGPT)
+    nanogpt, _ = suite_module("models").load_nanogpt(tmp_path)
+    theirs = module.nanogpt_loop(nanogpt)
+    assert [step for step, *_ in theirs] == [0, 3, 6]
+    assert theirs[-1][2] < theirs[0][2]  # it learned something in 6 updates
+    mine = module.ours("fp32")
+    assert [step for step, *_ in mine] == [3, 6]
+    assert all(math.isfinite(loss) for *_, loss in mine)
