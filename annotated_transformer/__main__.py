@@ -52,7 +52,7 @@ from .results.evaluation import (
     source_batch,
     translate,
 )
-from .results.pretrained import is_pretrained, load_pretrained
+from .results.pretrained import check_vocabulary, is_pretrained, load_pretrained
 from .tasks import build_task, task_from_info
 from .tasks.profiles import profile_names
 from .tasks.settings import read_config_file, resolve_key
@@ -353,7 +353,25 @@ def _load(args: argparse.Namespace, arch: tuple[str, ...], distributed: Any = No
             f"{args.checkpoint}'s task {info.name!r} has no bos_id: the decoder's first input is "
             f"unknown"
         )
-    return model, tokenizer_from_dict(state["tokenizer"]), info
+    try:
+        tokenizer = tokenizer_from_dict(state["tokenizer"])
+    except ValueError as error:
+        raise ValueError(f"{args.checkpoint}: tokenizer: {error}") from error
+    check_vocabulary(model.config, tokenizer.vocab_size, f"{args.checkpoint}'s tokenizer")
+    return model, tokenizer, info
+
+
+def _text(text: str, where: str) -> str:
+    """``text`` if it is valid Unicode: bytes that were not UTF-8 reach Python as lone
+    surrogates (its ``surrogateescape``), which no tokenizer reads."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{where} is not UTF-8 text (at character {error.start + 1}); convert it, e.g. with "
+            f"iconv -t UTF-8"
+        ) from None
+    return text
 
 
 def _room(args: argparse.Namespace, max_len: int, used: int) -> int | None:
@@ -392,7 +410,7 @@ def _generate(args: argparse.Namespace) -> int:
     if not _is_main_process():
         return 0
     model, tokenizer, info = _load(args, ("decoder-only",))
-    ids = tokenizer.encode(args.prompt)
+    ids = tokenizer.encode(_text(args.prompt, "--prompt"))
     if info.bos_id is not None:
         ids = [info.bos_id, *ids]
     if not ids:
@@ -424,7 +442,21 @@ def _translate(args: argparse.Namespace) -> int:
     if not _is_main_process():
         return 0
     model, tokenizer, info = _load(args, ("encoder-decoder",))
-    lines = args.text if args.text else [line.rstrip("\n") for line in sys.stdin]
+    if args.text:
+        lines = [_text(line, f"--text {number}") for number, line in enumerate(args.text, 1)]
+    else:
+        try:
+            raw = sys.stdin.read()
+        except UnicodeDecodeError as error:  # a strict stdin; else surrogates, checked below
+            raise ValueError(
+                f"stdin is not UTF-8 text (byte {error.start + 1} of a chunk is "
+                f"{error.object[error.start : error.start + 1]!r}); convert it, e.g. with "
+                f"iconv -t UTF-8"
+            ) from None
+        lines = [
+            _text(line, f"line {number} of stdin")
+            for number, line in enumerate(raw.splitlines(), 1)
+        ]
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise ValueError("nothing to translate: give --text or lines on stdin")

@@ -188,7 +188,9 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
         "provenance": provenance(train_config.seed, time.perf_counter() - started, None, code),
     }  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{task_name}-{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (OUT / f"{task_name}-{name}.json").write_text(
+        json.dumps(record, indent=1) + "\n", encoding="utf-8"
+    )
     print(
         f"{task_name} {name}: valid loss {metrics['loss']:.4f} after {steps} updates "
         f"({record['provenance']['wall_time_s']:.0f} s)",

@@ -61,6 +61,7 @@ def expect_cli_error(argv, message, capsys, monkeypatch, stdin=""):
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1, err
     assert message in errors[0], err
+    return errors[0]
 
 
 TRAIN_CASES = [
@@ -708,6 +709,163 @@ def test_a_translation_checkpoint_whose_task_has_no_bos_id(
     argv = ["translate", path, "--text", "1 2"]
     expect_cli_error(
         argv, "has no bos_id: the decoder's first input is unknown", capsys, monkeypatch
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A shipped-model folder (models/<task>/) whose files were damaged, mixed or edited
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """Copies of two shipped models, a character and a BPE one; each test edits config.json and
+    the fixture puts it back."""
+    root = tmp_path_factory.mktemp("shipped")
+    for name in ("tinyshakespeare", "multi30k"):
+        shutil.copytree(MODELS / name, root / name)
+    return root
+
+
+def edited(description, change):
+    description = json.loads(json.dumps(description))
+    change(description)
+    return description
+
+
+def drop(*keys):
+    def change(description):
+        target = description
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+
+    return change
+
+
+def put(value, *keys):
+    def change(description):
+        target = description
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    return change
+
+
+def fewer_symbols(description):
+    description["tokenizer"]["symbols"] = description["tokenizer"]["symbols"][:61]
+
+
+SHIPPED_CASES = [
+    ("tinyshakespeare", drop("model_config"), "config.json has no 'model_config'"),
+    ("tinyshakespeare", drop("tokenizer"), "config.json has no 'tokenizer'"),
+    ("tinyshakespeare", drop("tokenizer", "symbols"), "the char tokenizer's 'symbols' is missing"),
+    ("tinyshakespeare", put("sixty", "tokenizer", "symbols"), "'symbols' is 'sixty', not a list"),
+    ("tinyshakespeare", put([1, 2], "tokenizer"), "'tokenizer' is [1, 2], not the tokenizer's"),
+    ("tinyshakespeare", put("big", "model_config", "d_model"), "has an invalid model_config"),
+    ("tinyshakespeare", put(10**9, "model_config", "max_len"), "max_len=1000000000 (limit"),
+    ("tinyshakespeare", put("x", "task", "eos_id"), "task: 'eos_id' is 'x', not an integer"),
+    ("tinyshakespeare", put("int4", "dtype"), "dtype='int4' is not one of: float32, float16"),
+    ("tinyshakespeare", put(2, "version"), "has version 2; this package reads version 1"),
+    (
+        "tinyshakespeare",
+        fewer_symbols,
+        "the tokenizer has 61 tokens, but tokenizer_vocab_size records 65",
+    ),
+    (
+        "tinyshakespeare",
+        put("0" * 64, "weights_sha256"),
+        "model.safetensors is not the file",
+    ),
+    (
+        "multi30k",
+        put('{"model": {', "tokenizer", "tokenizer"),
+        "the bpe tokenizer's 'tokenizer' cannot be read by the tokenizers library",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "message"), SHIPPED_CASES)
+def test_a_damaged_shipped_model_is_one_clear_error_naming_the_file_and_key(
+    name, change, message, shipped, capsys, monkeypatch
+):
+    folder = shipped / name
+    original = (folder / "config.json").read_text(encoding="utf-8")
+    command = ["generate", folder, "--prompt", "ROMEO:"]
+    if name == "multi30k":
+        command = ["translate", folder, "--text", "Ein Hund."]
+    try:
+        description = edited(json.loads(original), change)
+        (folder / "config.json").write_text(json.dumps(description), encoding="utf-8")
+        error = expect_cli_error(command, message, capsys, monkeypatch)
+        assert f"{folder / 'config.json'}" in error or f"{folder / 'model.safetensors'}" in error
+    finally:
+        (folder / "config.json").write_text(original, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"format": "annotated-transformer-pretrained", ', "config.json is not valid JSON"),
+        (b"\xff\xfe not utf-8", "config.json is not valid JSON"),
+    ],
+)
+def test_a_shipped_config_that_is_not_json_is_named(content, message, shipped, capsys, monkeypatch):
+    folder = shipped / "tinyshakespeare"
+    original = (folder / "config.json").read_bytes()
+    try:
+        (folder / "config.json").write_bytes(content)
+        expect_cli_error(
+            ["generate", folder, "--prompt", "A"], f"{folder / message}", capsys, monkeypatch
+        )
+    finally:
+        (folder / "config.json").write_bytes(original)
+
+
+def test_another_models_weights_beside_a_config_are_refused(shipped, tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(MODELS / "ptb" / "config.json", folder / "config.json")
+    shutil.copy(shipped / "tinyshakespeare" / "model.safetensors", folder / "model.safetensors")
+    expect_cli_error(
+        ["generate", folder, "--prompt", "the"],
+        f"{folder / 'model.safetensors'} is not the file {folder / 'config.json'} describes",
+        capsys,
+        monkeypatch,
+    )
+
+
+def test_a_prompt_outside_a_character_vocabulary_says_what_may_be_typed(capsys, monkeypatch):
+    expect_cli_error(
+        ["generate", MODELS / "tinyshakespeare", "--prompt", "ROMEO: é"],
+        "'é' is not in this model's vocabulary: it reads the 65 characters",
+        capsys,
+        monkeypatch,
+    )
+
+
+@pytest.mark.parametrize("source", ["stdin", "--text"])
+def test_text_that_is_not_utf8_is_named(source, checkpoints, capsys, monkeypatch):
+    bad = b"3 1 \xff 4".decode("utf-8", "surrogateescape")  # as Python reads such bytes
+    argv = ["translate", checkpoints / "encoder-decoder" / "last.pt"]
+    where = "line 1 of stdin" if source == "stdin" else "--text 1"
+    if source == "--text":
+        argv += ["--text", bad]
+    expect_cli_error(
+        argv, f"{where} is not UTF-8 text (at character 5)", capsys, monkeypatch, stdin=bad
+    )
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "settings.json"
+    path.write_bytes(b'{"d_model": "\xe9"}')  # Latin-1, as an editor on Windows may save it
+    expect_cli_error(
+        ["train", "--task", "copy", "--config", path],
+        f"--config {path} is not UTF-8 text (byte 14 is b'\\xe9')",
+        capsys,
+        monkeypatch,
     )
 
 

@@ -200,9 +200,13 @@ class _SymbolTokenizer(Tokenizer):
         try:
             return [self.index[symbol] for symbol in symbols]
         except KeyError as error:
+            if self.kind == "char" and len(self.symbols) <= 100:
+                accepted = f"it reads the {len(self.symbols)} characters {''.join(self.symbols)!r}"
+            else:
+                accepted = f"it has {len(self.symbols)} {self.kind}s and no {self.unk_token}"
             raise ValueError(
-                f"{error.args[0]!r} is not in the vocabulary and it has no {self.unk_token}: "
-                f"build it with specials=({self.unk_token!r},)"
+                f"{error.args[0]!r} is not in this model's vocabulary: {accepted}; leave it out "
+                f"(a tokenizer built with specials=({self.unk_token!r},) maps such input to it)"
             ) from None
 
     def _dropped(self) -> set[int]:
@@ -386,23 +390,50 @@ def _jieba() -> Any:
     return tokenizer
 
 
+# What each kind of tokenizer state holds besides its "type": key -> (type, what it is).
+TOKENIZER_FIELDS: dict[str, dict[str, tuple[type, str]]] = {
+    "digits": {},
+    "char": {"symbols": (list, "a list of strings"), "specials": (list, "a list of strings")},
+    "word": {"symbols": (list, "a list of strings"), "specials": (list, "a list of strings")},
+    "bpe": {"tokenizer": (str, "the tokenizers library's JSON"), "segment": (str, "a string")},
+}
+
+
 def tokenizer_from_dict(state: dict[str, Any]) -> TokenizerProtocol:
-    """Rebuild a tokenizer from its ``to_dict()`` state (any :class:`TokenizerProtocol`)."""
+    """Rebuild a tokenizer from its ``to_dict()`` state (any :class:`TokenizerProtocol`).
+
+    A damaged state is one ValueError naming the key (and what it should hold), never a
+    KeyError or the tokenizers library's own exception."""
     kind = state.get("type") if isinstance(state, dict) else None
+    if kind not in TOKENIZER_FIELDS:
+        raise ValueError(f"tokenizer type {kind!r} is not one of: {', '.join(TOKENIZER_FIELDS)}")
+    for key, (expected, what) in TOKENIZER_FIELDS[kind].items():
+        if not isinstance(state.get(key), expected):
+            found = "missing" if key not in state else f"{state[key]!r}"[:40]
+            raise ValueError(f"the {kind} tokenizer's {key!r} is {found}, not {what}")
     if kind == "digits":
         return DigitTokenizer()
-    if kind == "char":
-        return CharTokenizer(state["symbols"], state["specials"])
-    if kind == "word":
-        return WordTokenizer(state["symbols"], state["specials"])
-    if kind == "bpe":
-        from tokenizers import Tokenizer as HFTokenizer
+    if kind in ("char", "word"):
+        if not all(isinstance(item, str) for item in [*state["symbols"], *state["specials"]]):
+            raise ValueError(f"the {kind} tokenizer's 'symbols' and 'specials' must be strings")
+        builder = CharTokenizer if kind == "char" else WordTokenizer
+        return builder(state["symbols"], state["specials"])
+    from tokenizers import Tokenizer as HFTokenizer
 
-        return BPETokenizer(HFTokenizer.from_str(state["tokenizer"]), state["segment"])
-    raise ValueError(f"tokenizer type {kind!r} is not one of: digits, char, word, bpe")
+    try:
+        library_tokenizer = HFTokenizer.from_str(state["tokenizer"])
+    except Exception as error:  # noqa: BLE001 (the library raises a bare Exception)
+        raise ValueError(
+            f"the bpe tokenizer's 'tokenizer' cannot be read by the tokenizers library ({error})"
+        ) from error
+    return BPETokenizer(library_tokenizer, state["segment"])
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """Read a tokenizer written by :meth:`Tokenizer.save`."""
-    with open(path, encoding="utf-8") as file:
-        return tokenizer_from_dict(json.load(file))
+    try:
+        with open(path, encoding="utf-8") as file:
+            state = json.load(file)
+        return tokenizer_from_dict(state)
+    except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is not a tokenizer file this package reads: {error}") from error

@@ -28,6 +28,7 @@ multiplies back: the model computes in float32 as usual, only the file is smalle
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from torch import nn
 
 from ..config import TransformerConfig, check_choice
 from ..model import build_model
+from ..training.checkpoint import atomic_write_files, model_config_from
 
 FORMAT = "annotated-transformer-pretrained"
 VERSION = 1
@@ -176,12 +178,18 @@ def save_pretrained(
 
     ``tokenizer``: anything with ``to_dict()`` (or a plain dict); ``dtype``: one of ``DTYPES``
     (``float32``, ``float16``, ``bfloat16``, ``int8``: weight-only, see the module's docstring).
-    Tied weights are stored once. Returns the directory.
+    Tied weights are stored once. The description records the sha256 of the weights file and
+    the tokenizer's vocabulary size, which :func:`load_pretrained` checks: weights, config and
+    tokenizer come back together or not at all. Both files are written atomically, together (a
+    full disk leaves the previous pair). Returns the directory.
     """
+    from ..data.tokenizers import tokenizer_from_dict
+
     weights = _serialized(model, dtype)  # raises before anything is written
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     state = tokenizer if isinstance(tokenizer, dict) else tokenizer.to_dict()
+    vocabulary = tokenizer_from_dict(state).vocab_size
+    check_vocabulary(model.config, vocabulary, "the tokenizer")
     description = {
         "format": FORMAT,
         "version": VERSION,
@@ -190,6 +198,8 @@ def save_pretrained(
         "tokenizer": state,
         "task": dict(task or {}),
         "metadata": dict(metadata or {}),
+        "weights_sha256": hashlib.sha256(weights).hexdigest(),
+        "tokenizer_vocab_size": vocabulary,
     }
     if dtype == "int8":
         description["int8"] = {
@@ -198,20 +208,117 @@ def save_pretrained(
             "min_elements": INT8_MIN_ELEMENTS,
             "others": "float16",
         }
-    temporary = directory / f".{WEIGHTS}.tmp"
-    temporary.write_bytes(weights)
-    os.replace(temporary, directory / WEIGHTS)
     text = json.dumps(description, indent=1, ensure_ascii=False, default=str) + "\n"
-    (directory / f".{DESCRIPTION}.tmp").write_text(text, encoding="utf-8")
-    os.replace(directory / f".{DESCRIPTION}.tmp", directory / DESCRIPTION)
+    atomic_write_files({directory / WEIGHTS: weights, directory / DESCRIPTION: text.encode()})
     return directory
+
+
+# What a description holds: key -> (type, what it is); checked before anything is built.
+DESCRIPTION_SCHEMA: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "dtype": (str, f"one of {', '.join(DTYPES)}"),
+    "model_config": (dict, "the TransformerConfig fields"),
+    "tokenizer": (dict, "the tokenizer's to_dict() state"),
+    "task": (dict, "the task's plain data"),
+}
+OPTIONAL_SCHEMA: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "metadata": (dict, "free metadata"),
+    "weights_sha256": (str, "the sha256 of model.safetensors, 64 hex digits"),
+    "tokenizer_vocab_size": (int, "the tokenizer's vocabulary size"),
+}
+TASK_SCHEMA: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "name": (str, "the task's name"),
+    "options": (dict, "the task's options"),
+    "pad_id": ((int, type(None)), "an integer or null"),
+    "bos_id": ((int, type(None)), "an integer or null"),
+    "eos_id": ((int, type(None)), "an integer or null"),
+    "source_eos": (bool, "true or false"),
+    "max_new_tokens": ((int, type(None)), "an integer or null"),
+}
+
+
+def _check_fields(
+    values: dict[str, Any],
+    schema: dict[str, tuple[type | tuple[type, ...], str]],
+    where: str,
+    required: bool = True,
+) -> None:
+    for key, (kind, what) in schema.items():
+        if key not in values:
+            if required:
+                raise ValueError(f"{where} has no {key!r} ({what})")
+            continue
+        value = values[key]
+        wrong_bool = isinstance(value, bool) and bool not in (
+            kind if isinstance(kind, tuple) else (kind,)
+        )
+        if wrong_bool or not isinstance(value, kind):
+            raise ValueError(f"{where}: {key!r} is {value!r}, not {what}")
+
+
+def check_description(description: Any, path: Path) -> None:
+    """Refuse a damaged or foreign description (``config.json``) with one ValueError naming the
+    file and the key: its format and version, then every key of :data:`DESCRIPTION_SCHEMA` (and
+    of :data:`OPTIONAL_SCHEMA` where present) with its type, and the task's fields present (a
+    model saved without a task has none; the command line asks for its name)."""
+    if not isinstance(description, dict) or description.get("format") != FORMAT:
+        raise ValueError(f"{path} is not an {FORMAT} description")
+    if description.get("version") != VERSION:
+        raise ValueError(
+            f"{path} has version {description.get('version')!r}; this package reads version "
+            f"{VERSION}"
+        )
+    _check_fields(description, DESCRIPTION_SCHEMA, str(path))
+    _check_fields(description, OPTIONAL_SCHEMA, str(path), required=False)
+    check_choice(f"{path}: dtype", description["dtype"], DTYPES)
+    _check_fields(description["task"], TASK_SCHEMA, f"{path}: task", required=False)
+
+
+def check_vocabulary(config: TransformerConfig, vocabulary: int, what: str) -> None:
+    """Refuse a tokenizer of ``vocabulary`` tokens that the model's embeddings cannot read."""
+    sizes = {config.source_vocab_size, config.target_vocab_size}
+    if config.arch != "encoder-decoder":
+        sizes = {config.vocab_size}
+    if vocabulary > min(sizes):
+        raise ValueError(
+            f"{what} has {vocabulary} tokens, more than the model's vocabulary of {min(sizes)}: "
+            f"its ids past {min(sizes) - 1} have no embedding"
+        )
+
+
+def _check_dtypes(
+    model: nn.Module, stored: dict[str, torch.Tensor], dtype: str, path: Path
+) -> None:
+    """Refuse tensors stored in another dtype than the description's: they would be cast in
+    silence (int32 weights read as floats)."""
+    expected = FLOAT_DTYPES.get(dtype, torch.float16)  # int8 keeps the small tensors in float16
+    own = model.state_dict()
+    for name, tensor in stored.items():
+        if name.endswith(SCALE) and dtype == "int8":
+            allowed = {torch.float32}
+        elif name in own and not own[name].is_floating_point():
+            allowed = {own[name].dtype}
+        else:
+            allowed = {expected, torch.int8} if dtype == "int8" else {expected}
+        if tensor.dtype not in allowed:
+            raise ValueError(
+                f"{path}: {name} is stored as {str(tensor.dtype).removeprefix('torch.')}, but "
+                f"{DESCRIPTION} says dtype={dtype!r} (it needs "
+                f"{' or '.join(sorted(str(kind).removeprefix('torch.') for kind in allowed))}); "
+                f"the file was not written by save_pretrained for this description"
+            )
 
 
 def load_pretrained(directory: str | os.PathLike, device: str | torch.device = "cpu") -> Pretrained:
     """Load a directory written by :func:`save_pretrained`: the model in eval mode on ``device``
-    (float32, whatever the storage dtype), its tokenizer, the task's plain data and the metadata."""
+    (float32, whatever the storage dtype), its tokenizer, the task's plain data and the metadata.
+
+    Everything is checked before the model is built, each problem one ValueError naming the
+    file and the key: the description's schema (:func:`check_description`), its model config
+    (sizes bounded), its tokenizer state, the tokenizer's size against the model and the size
+    recorded, the weights' sha256 against the one recorded, each tensor's dtype against the
+    description's, and the tensors' names and shapes against the config."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load as load_weights
 
     from ..data.tokenizers import tokenizer_from_dict
 
@@ -221,29 +328,42 @@ def load_pretrained(directory: str | os.PathLike, device: str | torch.device = "
             f"{directory} is not a pretrained model directory: it needs {WEIGHTS} and "
             f"{DESCRIPTION} (written by annotated_transformer.pretrained.save_pretrained)"
         )
+    path, weights_path = directory / DESCRIPTION, directory / WEIGHTS
     try:
-        description = json.loads((directory / DESCRIPTION).read_text(encoding="utf-8"))
+        description = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{directory / DESCRIPTION} is not valid JSON: {error}") from error
-    if not isinstance(description, dict) or description.get("format") != FORMAT:
-        raise ValueError(f"{directory / DESCRIPTION} is not an {FORMAT} description")
-    if description.get("version") != VERSION:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    check_description(description, path)
+    config = model_config_from(description, path)
+    try:
+        tokenizer = tokenizer_from_dict(description["tokenizer"])
+    except ValueError as error:
+        raise ValueError(f"{path}: tokenizer: {error}") from error
+    recorded = description.get("tokenizer_vocab_size")
+    if recorded is not None and tokenizer.vocab_size != recorded:
         raise ValueError(
-            f"{directory / DESCRIPTION} has version {description.get('version')!r}; this "
-            f"package reads version {VERSION}"
+            f"{path}: the tokenizer has {tokenizer.vocab_size} tokens, but tokenizer_vocab_size "
+            f"records {recorded}: the tokenizer is not the one these weights were trained with"
         )
-    config = TransformerConfig.from_dict(description["model_config"])
+    check_vocabulary(config, tokenizer.vocab_size, f"{path}: the tokenizer")
+    data = weights_path.read_bytes()
+    digest = description.get("weights_sha256")
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError(
+            f"{weights_path} is not the file {path} describes: its sha256 differs from the "
+            f"weights_sha256 recorded (another model's weights, or a damaged copy); copy the "
+            f"two files of one model together"
+        )
     model = build_model(config)
     try:
-        stored = load_file(str(directory / WEIGHTS))
+        stored = load_weights(data)
+        _check_dtypes(model, stored, description["dtype"], weights_path)
         model.load_state_dict(_loaded_state(model, stored))
     except (SafetensorError, RuntimeError, OSError, ValueError) as error:
-        raise ValueError(
-            f"{directory / WEIGHTS} does not hold this model's weights: {error}"
-        ) from error
+        raise ValueError(f"{weights_path} does not hold this model's weights: {error}") from error
     return Pretrained(
         model=model.to(device).eval(),
-        tokenizer=tokenizer_from_dict(description["tokenizer"]),
-        task=description.get("task", {}),
+        tokenizer=tokenizer,
+        task=description["task"],
         metadata=description.get("metadata", {}),
     )

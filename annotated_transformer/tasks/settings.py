@@ -148,7 +148,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--config {path}: no such file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"--config {path} is not UTF-8 text (byte {error.start + 1} is {error.object[error.start : error.start + 1]!r}): "
+            f"save it as UTF-8"
+        ) from error
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml

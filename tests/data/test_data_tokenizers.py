@@ -64,7 +64,9 @@ def test_char_tokenizer_round_trip_and_sorted_ids():
 
 
 def test_char_tokenizer_unknown_symbol():
-    with pytest.raises(ValueError, match=r"'z' is not in the vocabulary and it has no <unk>"):
+    with pytest.raises(
+        ValueError, match=r"'z' is not in this model's vocabulary: it reads the 3 characters 'abc'"
+    ):
         CharTokenizer.build("abc").encode("abz")
     tokenizer = CharTokenizer.build("abc", specials=("<unk>", "<mask>"))
     assert tokenizer.symbols == ["a", "b", "c", "<unk>", "<mask>"]
@@ -82,7 +84,9 @@ def test_word_tokenizer_eos_per_line_and_first_occurrence_ids():
 
 
 def test_word_tokenizer_without_unk_refuses_unknown_words():
-    with pytest.raises(ValueError, match=r"'bird' is not in the vocabulary"):
+    with pytest.raises(
+        ValueError, match=r"'bird' is not in this model's vocabulary: it has 3 words"
+    ):
         WordTokenizer.build("the cat").encode("the bird")
 
 

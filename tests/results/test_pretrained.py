@@ -106,6 +106,11 @@ def test_bad_directories_get_one_clear_error(tmp_path):
     tensors = load_file(tmp_path / "model.safetensors")
     kept = {name: tensor for name, tensor in tensors.items() if not name.endswith(".scale")}
     save_file(kept, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="its sha256 differs from the weights_sha256 recorded"):
+        load_pretrained(tmp_path)
+    description = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    del description["weights_sha256"]  # as a description written before digests were recorded
+    (tmp_path / "config.json").write_text(json.dumps(description), encoding="utf-8")
     with pytest.raises(ValueError, match="has no scales"):
         load_pretrained(tmp_path)
 
@@ -221,3 +226,67 @@ def test_a_shipped_config_without_head_sizes_loads_with_them_unset():
         config = TransformerConfig.from_dict(values)
         assert config.key_size == config.value_size == config.d_model // config.n_heads
     assert older, "no shipped config predates d_k and d_v: the case is not exercised"
+
+
+def test_weights_stored_in_another_dtype_are_refused_not_cast(tmp_path):
+    import hashlib
+
+    save_pretrained(tmp_path, model_of("decoder-only"), DigitTokenizer(), dtype="float32")
+    tensors = load_file(tmp_path / "model.safetensors")
+    save_file({name: tensor.to(torch.int32) for name, tensor in tensors.items()}, tmp_path / "w")
+    (tmp_path / "w").replace(tmp_path / "model.safetensors")
+    description = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    digest = hashlib.sha256((tmp_path / "model.safetensors").read_bytes()).hexdigest()
+    description["weights_sha256"] = digest  # a consistent pair: only the dtype is wrong
+    (tmp_path / "config.json").write_text(json.dumps(description), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match="is stored as int32, but config.json says dtype='float32'"
+    ):
+        load_pretrained(tmp_path)
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_on_save(tmp_path):
+    from annotated_transformer.data.tokenizers import CharTokenizer
+
+    tokenizer = CharTokenizer.build("abcdefghijklmnopqrst")  # 20 symbols, a 13-token model
+    with pytest.raises(ValueError, match="the tokenizer has 20 tokens, more than the model's"):
+        save_pretrained(tmp_path, model_of("decoder-only"), tokenizer)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_the_description_records_the_weights_digest_and_the_vocabulary(tmp_path):
+    import hashlib
+
+    save_pretrained(tmp_path, model_of("encoder-decoder"), DigitTokenizer())
+    description = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    weights = (tmp_path / "model.safetensors").read_bytes()
+    assert description["weights_sha256"] == hashlib.sha256(weights).hexdigest()
+    assert description["tokenizer_vocab_size"] == DigitTokenizer.vocab_size
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+
+
+def test_a_full_disk_while_shipping_keeps_the_previous_model(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    save_pretrained(tmp_path, model_of("decoder-only"), DigitTokenizer())
+    before = {name: (tmp_path / name).read_bytes() for name in ("config.json", "model.safetensors")}
+    real_fsync, calls = os.fsync, []
+
+    def full_on_the_second_file(descriptor):
+        calls.append(descriptor)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", full_on_the_second_file)
+    with pytest.raises(OSError, match="could not write .*config.json: no space left on the device"):
+        save_pretrained(tmp_path, model_of("decoder-only", seed=1), DigitTokenizer())
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert sorted(entry.name for entry in tmp_path.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
