@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..tasks.task_options import TASK_ALIASES, canonical_task
+from ..tasks.task_options import TASK_ALIASES, TASKS, canonical_task
 from ..training.checkpoint import atomic_write_text
 from ..training.provenance import code_version, provenance
 
@@ -140,11 +140,13 @@ class ResultsStore:
             return []
         return [self.load(path.stem) for path in sorted(self.root.glob("*.json"))]
 
-    def find(self, **filters: Any) -> list[dict[str, Any]]:
+    def find(self, *, leak_twins: bool = False, **filters: Any) -> list[dict[str, Any]]:
         """Records whose ``config`` has every ``name=value`` of ``filters``, newest first.
 
         Task names are compared by :func:`~annotated_transformer.tasks.canonical_task`: a record
         stored as ``shakespeare`` is found by ``task="tinyshakespeare"`` and the other way round.
+        A language model trained without its causal mask (:func:`is_leak_twin`) is left out
+        unless ``leak_twins`` is set: it measures the leak, and must never be read as a result.
         """
 
         def same(name: str, stored: Any, wanted: Any) -> bool:
@@ -155,12 +157,23 @@ class ResultsStore:
         found = [
             record
             for record in self.records()
-            if all(
+            if (leak_twins or not is_leak_twin(record))
+            and all(
                 same(name, record.get("config", {}).get(name), value)
                 for name, value in filters.items()
             )
         ]
         return sorted(found, key=lambda record: record.get("provenance", {}).get("date", ""))[::-1]
+
+
+def is_leak_twin(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is a language model trained without its causal mask (an encoder-only
+    model on a language-model task, chapter 08's leak twin): every position sees the word it is
+    asked to predict, so its perplexity measures the leak, not a model."""
+    config = record.get("config", {})
+    task = TASKS.get(canonical_task(str(config.get("task"))))
+    arch = config.get("model", {}).get("arch")
+    return task is not None and task.kind == "language-model" and arch == "encoder-only"
 
 
 def run_or_load(

@@ -139,3 +139,32 @@ def test_provenance_records_the_code_version_of_when_the_run_started(tmp_path, m
     record = run_or_load(ResultsStore(tmp_path), CONFIG, lambda config: {"metrics": {}})
     assert record["provenance"]["git_commit"] == "a" * 40
     assert record["provenance"]["git_dirty"] is False
+
+
+def test_the_stored_ptb_leak_twin_is_never_found_as_a_result():
+    """The PTB model trained without its causal mask (chapter 08's twin) is stored beside the
+    causal reference run; `find` leaves it out unless asked, so that no reader (chapter 08's
+    tables, curves and costs) presents it as the reference result."""
+    from pathlib import Path
+
+    from annotated_transformer.results.experiments import is_leak_twin
+
+    store = ResultsStore(Path(__file__).resolve().parents[2] / "results")
+    everything = store.find(task="ptb", profile="reference", leak_twins=True)
+    twins = [record for record in everything if is_leak_twin(record)]
+    assert twins and len(twins) < len(everything)  # both are stored
+    found = store.find(task="ptb", profile="reference")
+    assert found and not any(is_leak_twin(record) for record in found)
+    assert found[0]["metrics"]["test_perplexity"] > 50  # the causal model, not the 1.05 leak
+    # A translation model without a decoder mask is not a language-model leak twin.
+    assert not is_leak_twin({"config": {"task": "multi30k", "model": {"arch": "encoder-only"}}})
+
+
+def test_only_chapter_08s_twin_lookup_asks_for_leak_twins():
+    from pathlib import Path
+
+    chapters = Path(__file__).resolve().parents[2] / "chapters"
+    asking = [p.name for p in chapters.glob("*.ipynb") if "leak_twins=" in p.read_text()]
+    assert asking == ["08_training.ipynb"]
+    text = (chapters / "08_training.ipynb").read_text()
+    assert text.count("leak_twins=") == 1 and "leak_twins=twin" in text
