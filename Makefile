@@ -12,7 +12,7 @@ export AT_CHROMIUM ?= $(CHROMIUM)  # the browser the browser tests drive
 # Tests, CI and notebook runs read data from the shared copy beside the checkout when it exists.
 export AT_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: install cpu-torch book test lint lint-workflows pytest package-tests dist release clean
+.PHONY: install cpu-torch book pdf test lint lint-workflows pytest package-tests dist release clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ lint-workflows: install
 book: install
 	command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/build_book.sh
+
+# The built book as one PDF, _build/pdf/annotated-transformer.pdf: each page printed by Chromium
+# in the order of _toc.yml, joined with a bookmark per page (scripts/book_pdf.py).
+pdf: book $(CHROMIUM)
+	$(BIN)/python scripts/book_pdf.py
 
 # The unit tests use tiny tensors, for which one thread per process is fastest; pytest-xdist
 # runs one process per core (pyproject.toml).

@@ -446,3 +446,22 @@ def test_attention_chapter_draws_every_bertviz_view_offline(browser, server, rep
     assert "</s>" in translation["texts"]
     assert {"Heads", "Layers"} <= set(model["texts"])  # the model view's axes
     assert len(characters["texts"]) >= 2 * 10  # a short passage, one token per character
+
+
+def test_the_book_prints_to_one_pdf_with_a_bookmark_per_page(site, tmp_path):
+    """`make pdf` (scripts/book_pdf.py): the pages printed by the same Chromium, in order, joined."""
+    from pypdf import PdfReader
+
+    spec = importlib.util.spec_from_file_location("book_pdf", ROOT / "scripts" / "book_pdf.py")
+    book_pdf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book_pdf)
+    assert book_pdf.toc_pages() == PAGES
+    pages = [PAGES[0], "chapters/01_attention.html"]
+    out = tmp_path / "book.pdf"
+    assert book_pdf.main(["--site", str(site), "--out", str(out), "--pages", *pages]) == 0
+    reader = PdfReader(out)
+    titles = [item.title for item in reader.outline]
+    assert len(titles) == 2 and titles[1].startswith("01. Attention")
+    start = reader.get_destination_page_number(reader.outline[1])  # chapter 01's first page
+    assert 0 < start < len(reader.pages)
+    assert "softmax" in " ".join(page.extract_text() for page in reader.pages[start : start + 2])
