@@ -3,7 +3,8 @@
     python benchmarks/run.py                 # the full suite on whatever device is present
     python benchmarks/run.py --quick         # a few minutes on a 2-core CPU (reduced sizes, labelled)
     python benchmarks/run.py --json PATH     # also write the results as JSON
-    python benchmarks/run.py --profile       # torch.profiler tables of one training step, both models
+    python benchmarks/run.py --profile --json results/profile-cpu.json   # torch.profiler tables,
+                                             # ours beside nanoGPT's GPT, fp32 and bf16
     python benchmarks/run.py --table PATH    # a stored results document as a Markdown table
     python benchmarks/run.py --quick --store # store it (results/, history/) and compare with the last
     python benchmarks/run.py --nanogpt PATH  # nanoGPT's model.py (else AT_NANOGPT, else fetched)
@@ -41,7 +42,7 @@ from benchmarks.measure import (  # noqa: E402
     synchronize,
     training_setup,
 )
-from benchmarks.models import NANOGPT, SMALL, Size, load_nanogpt, make_plan  # noqa: E402
+from benchmarks.models import Size, load_nanogpt, make_plan  # noqa: E402
 from benchmarks.report import format_table, markdown_table, regressions  # noqa: E402
 
 RESULTS = REPOSITORY / "benchmarks" / "results"  # the latest document of each device and mode
@@ -156,24 +157,73 @@ def run_suite(
     }
 
 
-def profile(size: Size, device: torch.device, row_limit: int = 15) -> None:
-    """Print torch.profiler's top operators of a few training steps of ours and the reference."""
+# The shapes the profile compares: nanoGPT's README CPU size at a longer context (4 x 128,
+# context 128, batch 32) and its Shakespeare size (6 x 384, context 256) at batch 8.
+PROFILE_SIZES = [
+    Size("4x128", 65, 128, 4, 4, 512, 128, 32),
+    Size("6x384", 65, 384, 6, 6, 1536, 256, 8),
+]
+
+
+def profile_step(
+    kind: str,
+    size: Size,
+    device: torch.device,
+    precision: str = "fp32",
+    nanogpt=None,
+    steps: int = 3,
+    row_limit: int = 12,
+) -> list[dict]:
+    """torch.profiler's operators of ``steps`` training steps of ``kind`` (after two warm-up
+    steps): name, self time per step in ms, calls per step; the top ``row_limit`` by self time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    for kind in ("ours-gpt", "reference-gpt"):
-        step, *_ = training_setup(kind, size, device)
-        for _ in range(2):
+    step, *_ = training_setup(kind, size, device, precision=precision, nanogpt=nanogpt)
+    for _ in range(2):
+        step()
+    synchronize(device)
+    with torch_profile(activities=activities) as profiler:
+        for _ in range(steps):
             step()
         synchronize(device)
-        with torch_profile(activities=activities) as profiler:
-            for _ in range(3):
-                step()
-            synchronize(device)
-        print(f"\n=== {kind} [{size.name}] ===")
-        print(profiler.key_averages().table(sort_by=sort, row_limit=row_limit))
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(event.self_cpu_time_total for event in events)
+    rows = [
+        {"op": event.key, "self_ms": event.self_cpu_time_total / 1e3 / steps,
+         "calls": event.count // steps}
+        for event in events[:row_limit]
+    ]  # fmt: skip
+    return [*rows, {"op": "total", "self_ms": total / 1e3 / steps, "calls": None}]
+
+
+def profile(device: torch.device, nanogpt: str | None = None, log=print) -> dict:
+    """Profiler tables of one training step, ours beside nanoGPT's GPT (or, without it, the
+    torch.nn decoder), at :data:`PROFILE_SIZES`, in fp32 and (where native) bf16 autocast."""
+    module, origin = load_nanogpt(nanogpt)
+    pair = ("ours-nanogpt", "nanogpt") if module is not None else ("ours-gpt", "reference-gpt")
+    if module is None:
+        log(f"nanoGPT skipped ({origin}): profiling against the torch.nn decoder")
+    precisions = ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
+    code = code_version()
+    started = time.perf_counter()
+    tables = []
+    for size in PROFILE_SIZES:
+        for precision in precisions:
+            for kind in pair:
+                table = profile_step(kind, size, device, precision, module)
+                tables.append({"size": size.name, "precision": precision, "model": kind,
+                               "ops": table})  # fmt: skip
+                log(f"{kind} [{size.name}, {precision}]: {table[-1]['self_ms']:.1f} ms a step")
+    origin_doc = provenance(0, time.perf_counter() - started, device, code)
+    return {
+        "device": origin_doc["device"], "torch": origin_doc["torch_version"],
+        "git_commit": origin_doc["git_commit"], "uncommitted_changes": origin_doc["git_dirty"],
+        "date": origin_doc["date"], "threads": torch.get_num_threads(),
+        "reference": origin if module is not None else "torch.nn decoder",
+        "sizes": [vars(size) for size in PROFILE_SIZES], "tables": tables,
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -201,7 +251,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         torch.set_num_threads(args.threads)
     if args.profile:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        profile(SMALL if device.type == "cpu" else NANOGPT, device)
+        document = profile(device, args.nanogpt)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+            print(f"wrote {args.json}")
         return None
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
     document = run_suite(mode, args.device, nanogpt=args.nanogpt)

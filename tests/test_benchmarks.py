@@ -276,3 +276,22 @@ def test_both_sides_of_the_recipe_train_and_evaluate(tmp_path, monkeypatch):
     mine = module.ours("fp32")
     assert [step for step, *_ in mine] == [3, 6]
     assert all(math.isfinite(loss) for *_, loss in mine)
+
+
+def test_the_profile_tables_of_a_step_sit_side_by_side(tmp_path, monkeypatch):
+    """--profile: per shape and precision, the operators of ours and of the reference (nanoGPT's
+    GPT, here the stand-in), each with its self time per step, and a total that bounds them."""
+    suite = load_suite()
+    models = suite_module("models")
+    tiny = models.make_plan("smoke", cuda=False).decode_size
+    monkeypatch.setattr(suite, "PROFILE_SIZES", [tiny])
+    monkeypatch.setattr(suite, "native_bf16", lambda device: True)
+    (tmp_path / "model.py").write_text(FAKE_NANOGPT)
+    document = suite.profile(torch.device("cpu"), str(tmp_path), log=lambda *_: None)
+    keys = [(t["size"], t["precision"], t["model"]) for t in document["tables"]]
+    assert keys == [("tiny", p, m) for p in ("fp32", "bf16") for m in ("ours-nanogpt", "nanogpt")]
+    for table in document["tables"]:
+        *ops, total = table["ops"]
+        assert total["op"] == "total" and ops
+        assert sum(op["self_ms"] for op in ops) <= total["self_ms"] * 1.0001
+        assert any(op["op"] in ("aten::mm", "aten::addmm") for op in ops)
