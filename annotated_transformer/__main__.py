@@ -26,16 +26,22 @@ Settings come from, later ones winning: the dataclasses' defaults, the task's de
 ``runs/<task>-<date>-<time>``. ``--log tensorboard`` also writes the history's curves to
 ``OUT/tensorboard/`` (:mod:`annotated_transformer.training_log`). Long commands show a progress
 bar on stderr. An expected failure (a bad setting, a missing file, a diverged run, Ctrl-C) ends
-with one ``error:`` line and a non-zero exit, a traceback only for a bug.
+with one ``error:`` line and a non-zero exit, a traceback only for a bug. Ctrl-C or SIGTERM
+during training saves ``last.pt`` and prints the command that resumes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import shlex
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +79,7 @@ from .training.run_folder import (
 )
 from .training.run_lock import RunDirectoryLocked, check_run_directory
 from .training.train import TrainingDiverged, evaluate
+from .training.trainer import TrainingInterrupted
 from .training.training_log import LOG_CHOICES, MissingExtra, check_training_log
 
 # Failures a user can cause and fix: one message, no traceback. Anything else is a bug.
@@ -84,12 +91,54 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what run.json records
     try:
-        return args.handler(args)
+        with _terminate_as_interrupt():
+            return args.handler(args)
+    except TrainingInterrupted as stop:
+        again = f"; continue with: {_resume_command(args.argv, stop.checkpoint)}"
+        parser.exit(
+            128 + getattr(signal, stop.signal_name),
+            f"{parser.prog}: error: {stop}{again if stop.checkpoint else ''}\n",
+        )
     except KeyboardInterrupt:
         parser.exit(130, f"{parser.prog}: error: interrupted\n")
     except EXPECTED_ERRORS as error:
         message = str(error) or type(error).__name__
         parser.error(message.replace("\n", " "))
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler, a closed terminal) raises KeyboardInterrupt as Ctrl-C
+    does, so that a command ends through its clean-up (locks released) and says so; during
+    training the trainer turns both into a saved, resumable stop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _resume_command(argv: list[str], checkpoint: Path) -> str:
+    """The command line that continues a stopped ``train`` from ``checkpoint`` (its folder's
+    ``last.pt``): the same arguments, ``--resume`` instead of ``--overwrite`` or of a named
+    checkpoint, and the folder as ``--out`` if none was named."""
+    kept: list[str] = []
+    arguments = iter(argv)
+    for argument in arguments:
+        if argument == "--overwrite" or argument.startswith("--resume="):
+            continue
+        if argument == "--resume":
+            following = next(arguments, None)
+            if following is not None and following.startswith("-"):
+                kept.append(following)  # not a checkpoint: the next option
+            continue
+        kept.append(argument)
+    if not any(argument == "--out" or argument.startswith("--out=") for argument in kept):
+        kept += ["--out", str(checkpoint.parent)]
+    return shlex.join(["python", "-m", "annotated_transformer", *kept, "--resume"])
 
 
 def build_parser() -> argparse.ArgumentParser:

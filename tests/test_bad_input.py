@@ -10,7 +10,9 @@ import io
 import json
 import math
 import os
+import shlex
 import shutil
+import signal
 import socket
 from pathlib import Path, PurePosixPath
 
@@ -1048,6 +1050,51 @@ def test_divergence_exits_non_zero_naming_the_last_good_checkpoint(
             ]
         )
     assert exit_info.value.code != 0
+
+
+@pytest.mark.parametrize(("name", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_during_train_saves_and_prints_the_resume_command(
+    name, status, tmp_path, capsys, monkeypatch
+):
+    from annotated_transformer.training.trainer import Trainer
+
+    real_update = Trainer._update
+
+    def update_then_signal(trainer, *arguments, **options):
+        checked = real_update(trainer, *arguments, **options)
+        if trainer.step == 2 and trainer.model.training:
+            signal.raise_signal(getattr(signal, name))  # Ctrl-C, or a scheduler's SIGTERM
+        return checked
+
+    monkeypatch.setattr(Trainer, "_update", update_then_signal)
+    out = tmp_path / "run"
+    argv = [*TRAIN, "--out", str(out), *map(str, RUN[1:]), "--set", "max_steps=5"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == status and "Traceback" not in err
+    resume = shlex.join(["python", "-m", "annotated_transformer", *argv, "--resume"])
+    assert f"error: interrupted ({name}): saved {out / 'last.pt'} at update 2; " in err
+    assert f"continue with: {resume}" in err
+    assert not (out / LOCK_NAME).exists()
+    monkeypatch.setattr(Trainer, "_update", real_update)
+    assert main([*argv, "--resume"]) == 0  # the printed command, run
+    assert load_checkpoint(out / "last.pt")["step"] == 5
+
+
+def test_sigterm_outside_training_ends_with_a_message(checkpoints, capsys, monkeypatch):
+    def terminated(*arguments, **options):
+        signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr("annotated_transformer.__main__.translate", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    expect_cli_error(
+        ["translate", checkpoints / "encoder-decoder" / "last.pt", "--text", "1 2"],
+        "error: interrupted",
+        capsys,
+        monkeypatch,
+    )
+    assert signal.getsignal(signal.SIGTERM) is before  # given back
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ What a run promises:
 - **One run per directory**: ``checkpoint_dir`` is locked while a run writes it
   (:class:`~annotated_transformer.run_lock.RunLock`).
 - **No wait for the device per update**: the loss stays on the device between history rows.
+- **A stop asked for is a resumable stop**: Ctrl-C (SIGINT) or SIGTERM during :meth:`Trainer.fit`
+  finishes the update under way, saves ``last.pt``, releases the lock and raises
+  :class:`TrainingInterrupted` naming what was saved (a second Ctrl-C stops at once).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import contextlib
 import dataclasses
 import math
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -68,6 +73,21 @@ from .train import (
 )
 
 CALLBACK_EVENTS = ("on_update", "on_log", "on_evaluate")
+STOP_SIGNALS = ("SIGINT", "SIGTERM")  # each exists on POSIX and Windows
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM at an update's end: ``step``, the ``checkpoint`` it
+    saved there (None without a ``checkpoint_dir``) and the ``signal_name``."""
+
+    def __init__(self, step: int, checkpoint: Path | None, signal_name: str) -> None:
+        self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
+        saved = (
+            f"saved {checkpoint} at update {step}"
+            if checkpoint is not None
+            else f"stopped at update {step}; nothing saved (no checkpoint_dir)"
+        )
+        super().__init__(f"interrupted ({signal_name}): {saved}")
 
 
 def check_train_options(
@@ -206,6 +226,7 @@ class Trainer:
             name: [] for name in CALLBACK_EVENTS
         }
         self._batches: Iterator[Batch] | None = None
+        self._stop_signal: str | None = None  # set by Ctrl-C or SIGTERM during fit
         # Updates whose loss (and gradient norm) the host has not read yet: (step, loss summed over
         # tokens, tokens, norm or None), on the device. See fit.
         self._unchecked: list[tuple[int, Tensor, int, Tensor | None]] = []
@@ -281,8 +302,9 @@ class Trainer:
         self._unchecked = []
         window = {"loss": 0.0, "tokens": 0, "start": time.perf_counter()}
         started, elapsed_before = time.perf_counter(), self.elapsed
-        with self._holding_lock(), contextlib.closing(bar):
-            while self.step < target and self.stop_reason is None:
+        self._stop_signal = None
+        with self._holding_lock(), contextlib.closing(bar), self._stopping_on_signals():
+            while self.step < target and self.stop_reason is None and self._stop_signal is None:
                 step = self.step + 1
                 lr = self.optimizer.param_groups[0]["lr"]
                 evaluating = self.eval_data is not None and (
@@ -309,9 +331,40 @@ class Trainer:
                     saving or (config.save_every is None and evaluating)
                 ):
                     self.save()
+            if self._stop_signal is not None and self._unchecked:
+                self._read_unchecked()  # a diverged run is reported as such, never saved
             if self.save() is None:  # no checkpoint_dir: still, a diverged run never returns
                 self.check_finite()
+        if self._stop_signal is not None:
+            checkpoint = self.last_checkpoint if self.run_dir is not None else None
+            raise TrainingInterrupted(self.step, checkpoint, self._stop_signal)
         return self.history
+
+    @contextlib.contextmanager
+    def _stopping_on_signals(self) -> Iterator[None]:
+        """While the loop runs, Ctrl-C and SIGTERM ask it to stop at the end of the update under
+        way (which :meth:`fit` then saves); a second Ctrl-C raises KeyboardInterrupt at once.
+        Only one process in its main thread: under several, the processes must agree on the
+        step they stop at, so a signal there ends the run as it always did."""
+        if (
+            self.distributed.world_size > 1
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            yield
+            return
+
+        def request_stop(number: int, frame: Any) -> None:
+            if self._stop_signal is not None and number == signal.SIGINT:
+                raise KeyboardInterrupt  # asked twice: stop now, saving nothing more
+            self._stop_signal = signal.Signals(number).name
+
+        numbers = [getattr(signal, name) for name in STOP_SIGNALS]
+        previous = {number: signal.signal(number, request_stop) for number in numbers}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
     def _log(self, window: dict[str, Any], lr: float, evaluating: bool, bar: tqdm) -> None:
         """Append a history row (evaluating first if asked); save ``best.pt`` on improvement."""

@@ -2,6 +2,7 @@
 work, callbacks, and the temporary files of interrupted saves are removed."""
 
 import math
+import signal
 import warnings
 
 import pytest
@@ -10,8 +11,9 @@ from conftest import tiny_model
 from test_train import RandomSource, quiet_config, random_batch
 
 from annotated_transformer.training.checkpoint import first_non_finite, load_checkpoint
+from annotated_transformer.training.run_lock import LOCK_NAME
 from annotated_transformer.training.train import TrainingDiverged
-from annotated_transformer.training.trainer import Trainer
+from annotated_transformer.training.trainer import Trainer, TrainingInterrupted
 
 
 def all_finite(state):
@@ -199,3 +201,65 @@ def test_check_train_options_lets_a_command_line_check_before_any_work(tmp_path)
     ):
         check_train_options(config, metrics=("loss", "accuracy"))
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+# ---------------------------------------------------------------------------------------------
+# Ctrl-C and SIGTERM: a saved, resumable stop
+
+
+def signal_at(step, *names):
+    """A callback that delivers ``names`` (signals) to this process after update ``step``, as a
+    terminal's Ctrl-C or a scheduler's SIGTERM would (``raise_signal`` runs the handler on every
+    OS; ``os.kill`` would end the process on Windows)."""
+
+    def deliver(trainer):
+        if trainer.step == step:
+            for name in names:
+                signal.raise_signal(getattr(signal, name))
+
+    return deliver
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_saves_last_pt_at_the_updates_end_and_resumes_exactly(name, tmp_path):
+    config = quiet_config(max_steps=8, checkpoint_dir=tmp_path / "stopped")
+    handlers = [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)]
+    stopped = Trainer(tiny_model(), config, RandomSource())
+    stopped.add_callback("on_update", signal_at(3, name))
+    with pytest.raises(TrainingInterrupted) as error:
+        stopped.fit()
+    assert (error.value.step, error.value.signal_name) == (3, name)
+    assert error.value.checkpoint == tmp_path / "stopped" / "last.pt"
+    assert f"interrupted ({name}): saved {tmp_path / 'stopped' / 'last.pt'} at update 3" in str(
+        error.value
+    )
+    assert load_checkpoint(tmp_path / "stopped" / "last.pt")["step"] == 3
+    assert not (tmp_path / "stopped" / LOCK_NAME).exists()  # released
+    assert [signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)] == handlers
+
+    resumed = Trainer(tiny_model(), config, RandomSource())
+    resumed.resume(tmp_path / "stopped" / "last.pt")
+    resumed.fit()
+    whole = Trainer(tiny_model(), quiet_config(max_steps=8), RandomSource())
+    whole.fit()
+    for (key, a), (_, b) in zip(
+        resumed.model.state_dict().items(), whole.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), key
+
+
+def test_a_second_ctrl_c_stops_at_once_and_still_releases_the_lock(tmp_path):
+    trainer = Trainer(tiny_model(), quiet_config(checkpoint_dir=tmp_path), RandomSource())
+    trainer.add_callback("on_update", signal_at(2, "SIGINT", "SIGINT"))
+    with pytest.raises(KeyboardInterrupt) as error:
+        trainer.fit()
+    assert not isinstance(error.value, TrainingInterrupted)
+    assert not (tmp_path / "last.pt").exists()  # nothing saved: the user asked twice
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_a_signal_without_a_checkpoint_dir_says_nothing_was_saved():
+    trainer = Trainer(tiny_model(), quiet_config(), RandomSource())
+    trainer.add_callback("on_update", signal_at(1, "SIGTERM"))
+    with pytest.raises(TrainingInterrupted, match="stopped at update 1; nothing saved"):
+        trainer.fit()
