@@ -10,6 +10,7 @@ The top level holds the concepts the chapters derive, one module each::
     layers.py      04/05  residual sublayers (pre/post norm), feed-forward, encoder/decoder layers
     config.py      05/08  TransformerConfig and TrainConfig, validated; the public check_* helpers
     model.py          05  the three architectures, build_model, the parameter count
+    minimal.py        05  the paper's base model on one page, in plain torch
     optim.py          06  Adam/AdamW parameter groups, the Noam and warmup+cosine schedules
     losses.py         07  label smoothing as a KL divergence / cross-entropy
     metrics.py        08  loss, perplexity, accuracy, BLEU/chrF (sacrebleu), confidence intervals

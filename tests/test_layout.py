@@ -19,7 +19,7 @@ PACKAGE = ROOT / "annotated_transformer"
 # What a chapter derives: one module each, at the top level.
 CONCEPTS = {
     "attention", "masking", "positional", "norms", "layers", "config", "model", "optim",
-    "losses", "decode", "metrics", "cost", "attention_maps", "extrapolation",
+    "losses", "decode", "metrics", "cost", "attention_maps", "extrapolation", "minimal",
 }  # fmt: skip
 WINGS = {"data", "tasks", "training", "results", "ablation", "book"}
 # The wings in the order they may import each other: a wing imports only wings before it.
