@@ -4,4 +4,5 @@
 
     diagrams.py       the book's diagrams, drawn with matplotlib (chapters 01-12)
     colab.py          every chapter's first cell: on Colab, the course at the book's revision
+    glue.py           numbers for the prose: MyST-NB's glue in the book build, a no-op elsewhere
 """
