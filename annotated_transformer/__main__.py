@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     train.add_argument(
         "--device", choices=DEVICE_CHOICES,
-        help="where to train (default: the settings' device, auto: cuda when available)",
+        help="where to train (default: the settings' device, auto: cuda, else mps, else cpu)",
     )  # fmt: skip
     train.add_argument(
         "--resume", nargs="?", const="auto", metavar="CHECKPOINT",
@@ -283,7 +283,7 @@ def _add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--device", default="auto", choices=DEVICE_CHOICES,
-        help="where to run (default: auto, cuda when available)",
+        help="where to run (default: auto: cuda, else mps, else cpu)",
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ ARCH_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 NORM_POSITION_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu")
 INIT_CHOICES = ("xavier", "normal")
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 PRECISION_CHOICES = ("fp32", "bf16", "auto")
 MODE_CHOICES = ("auto", "min", "max")
 # Field -> its choices, for the command line's --help (each is checked in its class's
@@ -259,7 +259,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None  # None: write nothing (a notebook experiment)
     save_every: int | None = None  # updates between last.pt saves; None: at each evaluation
     seed: int = 0
-    device: str = "auto"  # auto: cuda when available
+    device: str = "auto"  # auto: cuda, else mps (Apple silicon), else cpu
     # bf16: autocast to bfloat16 (CUDA; on CPU, CPU autocast); auto: bf16 where the device has it
     # natively (train.native_bf16), else fp32
     precision: str = "fp32"

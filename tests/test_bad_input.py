@@ -936,7 +936,7 @@ FIELD_CASES = [
     ("train.early_stopping_patience=-1", "early_stopping_patience=-1 is not accepted"),
     ("train.early_stopping_metric=bleu", "early_stopping_metric='bleu' is not among the"),
     ("train.early_stopping_mode=up", "early_stopping_mode='up' is not one of: auto, min, max"),
-    ("train.device=tpu", "device='tpu' is not one of: auto, cpu, cuda"),
+    ("train.device=tpu", "device='tpu' is not one of: auto, cpu, cuda, mps"),
     ("train.compile=3", "compile=3 is not accepted: use True or False"),
     ("train.seed=-1", "seed=-1 is not accepted"),
     ("train.seed=x", "train.seed='x' is not accepted"),

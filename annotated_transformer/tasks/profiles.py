@@ -386,8 +386,8 @@ GPU_PROFILE_MIN_GIB = 35  # an A100-40GB reports 39.6 GiB; an L4 22
 
 
 def resolve_profile(profile: str = "auto", family: str = "training") -> tuple[str, str]:
-    """``(profile, why)``. ``auto``: ``smoke`` without CUDA (seconds: the book, CI, a Colab CPU
-    runtime); ``gpu`` on a GPU with at least :data:`GPU_PROFILE_MIN_GIB` GiB of memory (A100,
+    """``(profile, why)``. ``auto``: ``smoke`` without a GPU (seconds: the book, CI, a Colab CPU
+    runtime); ``cpu`` on Apple silicon (MPS: a laptop runs the CPU sizes in minutes); ``gpu`` on a GPU with at least :data:`GPU_PROFILE_MIN_GIB` GiB of memory (A100,
     H100); ``cpu`` on a smaller one (Colab's T4 or L4). Any other name must be a profile of
     ``family``; an unknown one is refused with the valid names."""
     if profile != "auto":
@@ -399,7 +399,10 @@ def resolve_profile(profile: str = "auto", family: str = "training") -> tuple[st
     import torch  # here, not at import time: the sizes above are plain data
 
     if not torch.cuda.is_available():
-        return "smoke", "profile='auto' and no CUDA device: the smoke profile (seconds per run)"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "cpu", "profile='auto' on Apple silicon (MPS): the cpu profile's sizes"
+        return "smoke", "profile='auto' and no GPU: the smoke profile (seconds per run)"
     name = torch.cuda.get_device_name(0)
     memory = torch.cuda.get_device_properties(0).total_memory / 2**30
     if memory >= GPU_PROFILE_MIN_GIB:

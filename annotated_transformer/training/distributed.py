@@ -87,22 +87,46 @@ def init_distributed(device: str = "auto") -> Distributed:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Distributed.current()
     if not dist.is_initialized():
-        cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        cuda = device == "cuda" or (device == "auto" and auto_device() == "cuda")
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if cuda else "gloo")
     return Distributed.current()
 
 
+def mps_available() -> bool:
+    """Whether torch can compute on Apple silicon's GPU (Metal Performance Shaders)."""
+    backend = getattr(torch.backends, "mps", None)
+    return backend is not None and backend.is_available()
+
+
+def auto_device() -> str:
+    """What ``device='auto'`` picks: ``cuda`` when available, else ``mps`` (Apple silicon), else
+    ``cpu``."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if mps_available() else "cpu"
+
+
 def resolve_device(choice: str, distributed: Distributed | None = None) -> torch.device:
-    """``cpu``, ``cuda`` (this process's GPU under torchrun), or ``auto``: cuda when available."""
+    """``cpu``, ``cuda`` (this process's GPU under torchrun), ``mps`` (Apple silicon), or
+    ``auto``: :func:`auto_device`'s pick."""
     check_choice("device", choice, DEVICE_CHOICES)
-    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+    choice = auto_device() if choice == "auto" else choice
+    if choice == "cpu":
         return torch.device("cpu")
+    if choice == "mps":
+        if not mps_available():
+            raise ValueError(
+                "device='mps' is not available: torch finds no Apple-silicon GPU (MPS needs a "
+                "Mac with Apple silicon and macOS 12.3+); use device='cpu', or 'auto' (cuda, "
+                "else mps, else cpu)"
+            )
+        return torch.device("mps")
     if not torch.cuda.is_available():
         raise ValueError(
             "device='cuda' is not available: torch finds no CUDA device; use device='cpu', or "
-            "'auto' (cuda when available)"
+            "'auto' (cuda, else mps, else cpu)"
         )
     local_rank = (distributed or Distributed()).local_rank
     if local_rank >= torch.cuda.device_count():

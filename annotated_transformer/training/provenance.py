@@ -41,6 +41,8 @@ def device_name(device: str | torch.device | None = None) -> str:
     device = torch.device(device) if device is not None else None
     if torch.cuda.is_available() and (device is None or device.type == "cuda"):
         return torch.cuda.get_device_name(device if device is not None else 0)
+    if device is not None and device.type == "mps":
+        return f"Apple MPS: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as file:
             for line in file:

@@ -334,7 +334,9 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
 
 def native_bf16(device: torch.device | str) -> bool:
     """Whether ``device`` computes in bfloat16 natively: a CUDA GPU that supports it, or a CPU
-    with :data:`NATIVE_BF16_CPU_FLAGS` (read from Linux's /proc/cpuinfo; elsewhere, no)."""
+    with :data:`NATIVE_BF16_CPU_FLAGS` (read from Linux's /proc/cpuinfo; elsewhere, no). Not
+    MPS: its bfloat16 autocast depends on the macOS and torch versions, so ``precision='auto'``
+    trains in fp32 there, which every Mac runs."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()

@@ -102,3 +102,17 @@ def test_every_stored_ablation_record_is_found_by_run_configs():
             config["study"], config["task"], [config["seed"]], config["profile"]
         )
         assert record["key"] in {run_key(c) for c in configs}, record["key"]
+
+
+@pytest.mark.parametrize(
+    ("mps", "expected"), [(True, "cpu"), (False, "smoke")], ids=["apple-silicon", "cpu-only"]
+)
+def test_profile_auto_gives_a_laptop_with_mps_the_cpu_sizes(mps, expected, monkeypatch):
+    import torch
+
+    from annotated_transformer.tasks.profiles import resolve_profile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert resolve_profile("auto")[0] == expected
+    assert resolve_profile("auto", "ablation")[0] == expected

@@ -105,3 +105,41 @@ def test_torchrun_with_two_processes_trains_the_same_weights_as_one_process(tmp_
         if "eval_loss" in single:
             assert double["eval_loss"] == pytest.approx(single["eval_loss"], rel=1e-5)
             assert double["eval_tokens"] == single["eval_tokens"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Apple silicon: auto picks CUDA, then MPS, then the CPU
+
+
+@pytest.mark.parametrize(
+    ("cuda", "mps", "expected"),
+    [(True, True, "cuda"), (False, True, "mps"), (False, False, "cpu")],
+)
+def test_auto_picks_cuda_then_mps_then_cpu(cuda, mps, expected, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert resolve_device("auto").type == expected
+
+
+def test_mps_is_accepted_where_it_exists_and_refused_with_the_choices_elsewhere(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("mps") == torch.device("mps")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device='mps' is not available: .*use device='cpu'"):
+        resolve_device("mps")
+
+
+def test_precision_auto_trains_in_fp32_on_mps(monkeypatch):
+    from annotated_transformer.training.train import resolve_precision
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_precision(torch.device("mps"), "auto") == "fp32"
+
+
+def test_the_command_line_accepts_device_mps(monkeypatch, capsys):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "copy", "--device", "mps", "--quiet"])
+    err = capsys.readouterr().err
+    assert "invalid choice" not in err and "device='mps' is not available" in err

@@ -69,7 +69,7 @@ def quiet_config(**overrides):
         ("optimizer", "sgd", "optimizer='sgd' is not one of: adam, adamw"),
         ("schedule", "linear", "schedule='linear' is not one of: constant, noam, warmup_cosine"),
         ("precision", "fp16", "precision='fp16' is not one of: fp32, bf16, auto"),
-        ("device", "tpu", "device='tpu' is not one of: auto, cpu, cuda"),
+        ("device", "tpu", "device='tpu' is not one of: auto, cpu, cuda, mps"),
         ("accumulation", 0, "accumulation=0 is not accepted: use a positive integer"),
         ("max_steps", 2.5, "max_steps=2.5 is not accepted"),
         ("lr", 0.0, "lr=0.0 is not accepted: use a number in (0.0, inf)"),
