@@ -3,6 +3,7 @@ the Colab cell, the same default profile everywhere, the task names users type, 
 unknown values refused with the valid ones."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,77 @@ def test_chapter_09s_noise_report_takes_a_one_seed_study(capsys):
     out = capsys.readouterr().out
     assert "2.00 BLEU wide on average" in out
     assert "a standard deviation and an interval need >= 2 seeds" in out
+
+
+def checking_cell(name: str) -> tuple[str, str]:
+    """The parameters cell's source and that of the first code cell after it (past chapter 10's
+    bertviz install), where every parameter is checked."""
+    notebook = json.loads((CHAPTERS / name).read_text(encoding="utf-8"))
+    cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    (index,) = [
+        i for i, cell in enumerate(cells) if "parameters" in cell["metadata"].get("tags", [])
+    ]
+    following = [cell for cell in cells[index + 1 :] if "%pip" not in "".join(cell["source"])]
+    return "".join(cells[index]["source"]), "".join(following[0]["source"])
+
+
+BAD_PARAMETERS = [
+    ("09_ablation.ipynb", {"seeds": 0}, "seeds=0 is not accepted: use at least 1"),
+    ("09_ablation.ipynb", {"seeds": -1}, "seeds=-1 is not accepted"),
+    ("09_ablation.ipynb", {"study": "nope"}, "study='nope' is not one of"),
+    ("09_ablation.ipynb", {"task": "wmt"}, "task='wmt'"),
+    ("09_ablation.ipynb", {"jobs": "0"}, "jobs=0 is not accepted"),
+    ("09_ablation.ipynb", {"device": "tpu"}, "device='tpu' is not one of"),
+    ("09_ablation.ipynb", {"budget_minutes": -5}, "budget_minutes=-5 is not accepted"),
+    ("09_ablation.ipynb", {"overrides": {"model.d_modle": 8}}, "d_modle"),
+    ("08_training.ipynb", {"seed": -1}, "seed=-1 is not accepted: use an integer >= 0"),
+    ("08_training.ipynb", {"rerun": "yes"}, "rerun='yes' is not accepted: use True or False"),
+    ("08_training.ipynb", {"tasks": "wmt"}, "task='wmt' is not one of"),
+    ("10_attention_visualisation.ipynb", {"sentences": 0}, "sentences=0 is not accepted"),
+    ("10_attention_visualisation.ipynb", {"passages": -3}, "passages=-3 is not accepted"),
+    ("10_attention_visualisation.ipynb", {"use_stored": "no"}, "use_stored='no' is not accepted"),
+]
+
+
+@pytest.mark.parametrize(("name", "values", "message"), BAD_PARAMETERS)
+def test_a_bad_parameter_stops_the_chapter_in_its_first_cell_before_any_work(name, values, message):
+    """As ``papermill CHAPTER out.ipynb -p NAME VALUE`` runs it: the parameters cell, papermill's
+    injected values, then the chapter's first cell, which must refuse before any work."""
+    if name.startswith("10"):
+        pytest.importorskip("bertviz")
+    parameters_cell, first_cell = checking_cell(name)
+    namespace = {"sys": __import__("sys")}
+    exec(parameters_cell, namespace)  # noqa: S102 (the chapter's own code)
+    namespace.update(values)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        exec(first_cell, namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_the_default_parameters_pass_the_first_cell(name):
+    if name.startswith("10"):
+        pytest.importorskip("bertviz")
+    parameters_cell, first_cell = checking_cell(name)
+    namespace = {"sys": __import__("sys")}
+    exec(parameters_cell, namespace)  # noqa: S102
+    exec(first_cell, namespace)  # noqa: S102
+
+
+ROOT = CHAPTERS.parent
+TIMED_PAGES = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]
+
+
+def papermill_commands(path: Path) -> list[str]:
+    """Every ``papermill CHAPTER OUT ...`` command of a page that executes a chapter."""
+    text = path.read_text(encoding="utf-8")
+    return [
+        match.group(0)
+        for match in re.finditer(r"papermill chapters/\S+\.ipynb [^\s`]+\.ipynb[^`\n]*", text)
+    ]
+
+
+def test_every_papermill_command_of_the_readme_and_the_book_has_an_execution_timeout():
+    commands = [command for page in TIMED_PAGES for command in papermill_commands(page)]
+    assert len(commands) >= 8  # the README's and book/how_to_use.md's
+    missing = [command for command in commands if "--execution-timeout" not in command]
+    assert missing == []

@@ -64,6 +64,7 @@ from .report import (  # noqa: F401
     save_tables,
 )
 from .runner import (  # noqa: F401
+    check_parameters,
     default_store,
     resolve_jobs,
     resolve_profile,

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..config import DEVICE_CHOICES, check_bool, check_choice, check_number
 from ..results.experiments import ResultsStore, run_key, run_or_load
 from ..tasks import profiles
 from .configs import run_configs
@@ -40,6 +41,28 @@ def resolve_jobs(jobs: int | str = "auto", runs: int = 1, device: str = "auto") 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs={jobs!r} is not accepted: use 'auto' or a positive integer")
     return max(1, min(jobs, runs))
+
+
+def check_parameters(
+    study: str,
+    task: str,
+    seeds: int | str | Sequence[int],
+    profile: str,
+    overrides: dict[str, Any] | str | None,
+    jobs: int | str,
+    device: str,
+    rerun: bool,
+    budget_minutes: float,
+) -> None:
+    """Chapter 09's parameters, every one checked before any work: each bad one is a ValueError
+    naming it and what is accepted (the study, the task, ``seeds >= 1`` or distinct seeds, the
+    profile, the overrides through the one router, ``jobs``, the device, ``rerun``, a finite
+    ``budget_minutes >= 0``)."""
+    check_bool("rerun", rerun)
+    check_choice("device", device, DEVICE_CHOICES)
+    check_number("budget_minutes", budget_minutes, 0)
+    resolve_jobs(jobs, 1, device)
+    run_configs(study, task, seeds, resolve_profile(profile)[0], overrides)
 
 
 def default_store(profile: str, root: str | os.PathLike = "results") -> ResultsStore:
