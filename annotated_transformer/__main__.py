@@ -300,7 +300,10 @@ def _train(args: argparse.Namespace) -> int:
     file_settings = read_config_file(args.config) if args.config else {}
     task_name = args.task or file_settings.get("task")
     if task_name is None:
-        raise ValueError("name a task: --task NAME (or 'task' in the --config file)")
+        raise ValueError(
+            f"name a task: --task NAME, one of: {', '.join(sorted(TASKS))} (or 'task' in the "
+            f"--config file)"
+        )
     fields = train_fields(task_name)
     settings = resolve_settings(task_name, file_settings, args.set, args.profile)
     check_options(task_name, settings["data"])

@@ -67,7 +67,7 @@ def expect_cli_error(argv, message, capsys, monkeypatch, stdin=""):
 
 
 TRAIN_CASES = [
-    (["train"], "name a task: --task NAME"),
+    (["train"], "name a task: --task NAME, one of: cmn-eng, copy, multi30k, ptb"),
     (["train", "--task", "nope"], "task='nope' is not one of: cmn-eng, copy, multi30k, ptb"),
     (["train", "--task", ""], "name a task: --task NAME"),
     ([*TRAIN, "--set", "d_modle=8"], "did you mean d_model"),
