@@ -8,7 +8,8 @@ VENV     ?= .venv
 BIN       = $(VENV)/$(if $(filter Windows_NT,$(OS)),Scripts,bin)
 TORCH     = $(shell sed -n 's/^torch==//p' constraints.txt)
 CHROMIUM ?= /usr/bin/chromium
-export AT_CHROMIUM ?= $(CHROMIUM)  # the browser the browser tests drive
+# The browser the browser tests and make pdf drive (no comment on the line: make keeps its spaces).
+export AT_CHROMIUM ?= $(CHROMIUM)
 # Tests, CI and notebook runs read data from the shared copy beside the checkout when it exists.
 export AT_DATA_DIR ?= $(abspath ../shared/data)
 
