@@ -449,19 +449,28 @@ def test_attention_chapter_draws_every_bertviz_view_offline(browser, server, rep
 
 
 def test_the_book_prints_to_one_pdf_with_a_bookmark_per_page(site, tmp_path):
-    """`make pdf` (scripts/book_pdf.py): the pages printed by the same Chromium, in order, joined."""
+    """`make pdf` (scripts/book_pdf.py): the pages printed by the same Chromium, in order, joined.
+
+    Run as `make pdf` runs it, in a process of its own: Playwright's sync API cannot start inside
+    the browser fixture's."""
+    import subprocess
+
     from pypdf import PdfReader
 
-    spec = importlib.util.spec_from_file_location("book_pdf", ROOT / "scripts" / "book_pdf.py")
-    book_pdf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(book_pdf)
-    assert book_pdf.toc_pages() == PAGES
+    script = ROOT / "scripts" / "book_pdf.py"
     pages = [PAGES[0], "chapters/01_attention.html"]
     out = tmp_path / "book.pdf"
-    assert book_pdf.main(["--site", str(site), "--out", str(out), "--pages", *pages]) == 0
+    command = [sys.executable, str(script), "--site", str(site), "--out", str(out), "--pages"]
+    done = subprocess.run([*command, *pages], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     reader = PdfReader(out)
     titles = [item.title for item in reader.outline]
     assert len(titles) == 2 and titles[1].startswith("01. Attention")
     start = reader.get_destination_page_number(reader.outline[1])  # chapter 01's first page
     assert 0 < start < len(reader.pages)
     assert "softmax" in " ".join(page.extract_text() for page in reader.pages[start : start + 2])
+    listed = subprocess.run(
+        [sys.executable, "-c", f"import runpy; m = runpy.run_path({str(script)!r}); print(m['toc_pages']())"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.stdout.strip() == str(PAGES)
