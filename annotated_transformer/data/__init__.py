@@ -12,9 +12,12 @@ from .files import DATA_FILES, ChecksumError, DataNotFoundError, cache_dir, fetc
 from .registry import DATASETS, DatasetInfo, dataset_info
 from .text import (
     LanguageModelCorpus,
+    MaskedWindowSource,
+    TokenMasking,
     WindowSource,
     evaluation_windows,
     load_language_model_corpus,
+    masked_evaluation_windows,
     sample_windows,
 )
 from .tokenizers import (
@@ -50,6 +53,8 @@ __all__ = [
     "DatasetInfo",
     "EncodedPair",
     "LanguageModelCorpus",
+    "MaskedWindowSource",
+    "TokenMasking",
     "SentencePair",
     "DigitTokenizer",
     "Tokenizer",
@@ -68,6 +73,7 @@ __all__ = [
     "load_language_model_corpus",
     "load_tokenizer",
     "load_translation_corpus",
+    "masked_evaluation_windows",
     "pair_length",
     "sample_windows",
     "segment_cjk",

@@ -137,6 +137,58 @@ def sample_windows(
 
 
 @dataclass(frozen=True)
+class TokenMasking:
+    """BERT's masked-token objective (Devlin et al., 2019, section 3.1): each position is chosen
+    with ``probability``; a chosen token becomes ``mask_id`` 80 % of the time, a random token of
+    the vocabulary 10 % and stays itself 10 %; the loss is read at the chosen positions only
+    (every other target is ``ignore_id``)."""
+
+    vocab_size: int  # the text's symbols, ids [0, vocab_size); random replacements come from here
+    mask_id: int  # the [MASK] symbol, outside the text's ids
+    ignore_id: int  # a target that carries no loss (the model's pad_id)
+    probability: float = 0.15
+
+    def __call__(self, tokens: Tensor, generator: torch.Generator | None = None) -> Batch:
+        """``tokens`` ``[B, T]`` -> a batch of the corrupted tokens and the chosen targets."""
+        device = generator.device if generator is not None else "cpu"
+        draws = torch.rand((3, *tokens.shape), generator=generator, device=device)
+        draws = draws.to(tokens.device)  # [3, B, T]
+        chosen = draws[0] < self.probability  # [B, T]
+        to_mask = chosen & (draws[1] < 0.8)
+        to_random = chosen & (draws[1] >= 0.8) & (draws[2] < 0.5)
+        random_ids = torch.randint(
+            self.vocab_size, tokens.shape, generator=generator, device=device
+        ).to(tokens.device)  # [B, T]
+        inputs = torch.where(to_mask, torch.full_like(tokens, self.mask_id), tokens)
+        inputs = torch.where(to_random, random_ids, inputs)
+        targets = torch.where(chosen, tokens, torch.full_like(tokens, self.ignore_id))
+        return Batch(inputs=inputs, targets=targets)
+
+
+@dataclass(frozen=True)
+class MaskedWindowSource:
+    """Random windows (:func:`sample_windows`) corrupted by ``masking``: a bidirectional model's
+    training data. Each window's ``T`` input tokens are the text; the shifted targets are unused."""
+
+    windows: WindowSource
+    masking: TokenMasking
+
+    def __call__(self, epoch: int, generator: torch.Generator) -> Iterator[Batch]:
+        for batch in self.windows(epoch, generator):
+            yield self.masking(batch.inputs, generator)
+
+
+def masked_evaluation_windows(
+    tokens: Tensor, batch_size: int, context_length: int, masking: TokenMasking, seed: int = 0
+) -> Iterator[Batch]:
+    """:func:`evaluation_windows`' windows corrupted by ``masking`` with a generator seeded
+    ``seed``: the same held-out positions masked in every evaluation of every run."""
+    generator = torch.Generator().manual_seed(seed)
+    for batch in evaluation_windows(tokens, batch_size, context_length):
+        yield masking(batch.inputs, generator)
+
+
+@dataclass(frozen=True)
 class WindowSource:
     """The trainer's data source for language models: ``source(epoch, generator)`` yields
     ``batches_per_epoch`` batches of random windows (:func:`sample_windows`) from ``generator``."""

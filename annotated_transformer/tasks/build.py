@@ -36,31 +36,72 @@ def language_model_task(
     batches_per_epoch: int = 1000,
     eval_batch_size: int = 32,
     data_dir: str | None = None,
+    objective: str = "next-token",
+    mask_probability: float = 0.15,
 ) -> Task:
-    """A decoder-only language model on a named corpus: random training windows, and held-out
-    splits as contiguous windows that predict every token once.
+    """A language model on a named corpus: random training windows, and held-out splits as
+    contiguous windows that predict every token once.
+
+    ``objective="next-token"``: a decoder-only model predicts each next token. ``"masked"``:
+    BERT's objective for an encoder-only model (:class:`~annotated_transformer.data.TokenMasking`,
+    ``mask_probability`` of the positions): two symbols join the vocabulary, ``[MASK]`` (id
+    ``V``) and an id ``V + 1`` that no input holds, the model's ``pad_id``, so the targets of
+    the positions not chosen carry no loss; the held-out windows are masked by a fixed generator,
+    the same positions in every evaluation, and the loss, perplexity and accuracy the trainer
+    reports are those of the masked tokens.
 
     ``seed`` is unused (the windows are drawn from the trainer's generator); it is accepted so
     that every builder has the same call."""
-    from ..data import WindowSource, evaluation_windows, load_language_model_corpus
+    from ..data import (
+        MaskedWindowSource,
+        TokenMasking,
+        WindowSource,
+        evaluation_windows,
+        load_language_model_corpus,
+        masked_evaluation_windows,
+    )
 
     corpus = load_language_model_corpus(name, data_dir=data_dir)
     tokenizer = corpus.tokenizer
     tokens = corpus.splits
+    windows = WindowSource(tokens["train"], batch_size, context_length, batches_per_epoch)
+    held_out = {split: ids for split, ids in tokens.items() if split != "train"}
+    if objective == "masked":
+        vocab_size = tokenizer.vocab_size
+        masking = TokenMasking(vocab_size, vocab_size, vocab_size + 1, mask_probability)
+        train: Any = MaskedWindowSource(windows, masking)
+        splits = {
+            split: list(masked_evaluation_windows(ids, eval_batch_size, context_length, masking))
+            for split, ids in held_out.items()
+        }
+        arch, model_vocab, pad_id = "encoder-only", vocab_size + 2, vocab_size + 1
+    else:
+        train = windows
+        splits = {
+            split: list(evaluation_windows(ids, eval_batch_size, context_length))
+            for split, ids in held_out.items()
+        }
+        # pad_id None: windows are never padded; id 0 is a real symbol
+        arch, model_vocab, pad_id = "decoder-only", tokenizer.vocab_size, tokenizer.pad_id
+    options = {
+        "context_length": context_length,
+        "batch_size": batch_size,
+        "batches_per_epoch": batches_per_epoch,
+        "eval_batch_size": eval_batch_size,
+        "data_dir": data_dir,
+    }
+    if objective != "next-token":  # the records of next-token runs keep their old options
+        options.update(objective=objective, mask_probability=mask_probability)
     return Task(
         name=name,
-        train=WindowSource(tokens["train"], batch_size, context_length, batches_per_epoch),
-        splits={
-            split: list(evaluation_windows(ids, eval_batch_size, context_length))
-            for split, ids in tokens.items()
-            if split != "train"
-        },
+        train=train,
+        splits=splits,
         tokenizer=tokenizer,
         # A small GPT (nanoGPT's "baby GPT" scale), trainable on a CPU in minutes.
         model_defaults={
-            "arch": "decoder-only",
-            "vocab_size": tokenizer.vocab_size,
-            "pad_id": tokenizer.pad_id,  # None: windows are never padded; id 0 is a real symbol
+            "arch": arch,
+            "vocab_size": model_vocab,
+            "pad_id": pad_id,
             "max_len": context_length,
             "d_model": 128,
             "n_heads": 4,
@@ -83,14 +124,8 @@ def language_model_task(
         },
         info=TaskInfo(
             name,
-            {
-                "context_length": context_length,
-                "batch_size": batch_size,
-                "batches_per_epoch": batches_per_epoch,
-                "eval_batch_size": eval_batch_size,
-                "data_dir": data_dir,
-            },
-            tokenizer.pad_id,
+            options,
+            pad_id,
             bos_id=None,
             eos_id=None,  # a word-level <eos> ends a line, not the text
             max_new_tokens=200,

@@ -69,6 +69,11 @@ TASK_ALIASES = {"shakespeare": "tinyshakespeare"}
 POSITIVE = "a positive integer"
 OPTIONAL_POSITIVE = "a positive integer or null"
 OPTIONAL_TEXT = "a string or null"
+# A language model's training objective: the next token (a causal model), or BERT's masked
+# tokens (a bidirectional one, chapter 08's test of the source report's PTB perplexity).
+LM_OBJECTIVES = ("next-token", "masked")
+OBJECTIVE = "one of: " + ", ".join(LM_OBJECTIVES)
+PROBABILITY = "a number strictly between 0 and 1"
 
 # Per kind of task: option -> (default, what is accepted).
 KIND_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
@@ -84,6 +89,8 @@ KIND_OPTIONS: dict[str, dict[str, tuple[Any, str]]] = {
         "batches_per_epoch": (1000, POSITIVE),
         "eval_batch_size": (32, POSITIVE),
         "data_dir": (None, OPTIONAL_TEXT),
+        "objective": ("next-token", OBJECTIVE),
+        "mask_probability": (0.15, PROBABILITY),
     },
     "translation": {
         "source": (None, OPTIONAL_TEXT),
@@ -161,6 +168,10 @@ def task_spec(name: str) -> TaskSpec:
 
 
 def _accepts(value: Any, rule: str) -> bool:
+    if rule == OBJECTIVE:
+        return value in LM_OBJECTIVES
+    if rule == PROBABILITY:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
     if rule == OPTIONAL_TEXT:
         return value is None or isinstance(value, str)
     if value is None and rule == OPTIONAL_POSITIVE:

@@ -68,8 +68,27 @@ def run_configs(
             f"model.vocab_size={model_config.vocab_size} is smaller than the vocabulary of the task "
             f"{task.name!r} ({vocabulary} tokens); use at least {vocabulary}"
         )
+    if task.info.options.get("objective") == "masked":
+        _check_masked_model(task, model_config)
     check_model_size(model_config)
     return model_config, train_config
+
+
+def _check_masked_model(task: Task, config: TransformerConfig) -> None:
+    """Refuse a model that the masked-token objective cannot train: a causal one (a masked
+    token's answer sits at its own position, which a causal model reads without the words after
+    it), or one whose ``pad_id`` is not the task's (the targets not chosen would carry loss)."""
+    if config.arch != "encoder-only":
+        raise ValueError(
+            f"data.objective='masked' trains a bidirectional model, but model.arch="
+            f"{config.arch!r}; use model.arch=encoder-only, or data.objective=next-token"
+        )
+    if config.pad_id != task.model_defaults["pad_id"]:
+        raise ValueError(
+            f"data.objective='masked' reads the loss at the masked positions only, marking the "
+            f"others with id {task.model_defaults['pad_id']}; model.pad_id={config.pad_id!r} "
+            f"would change that: leave model.pad_id unset"
+        )
 
 
 def fit_task(
