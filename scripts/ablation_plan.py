@@ -47,7 +47,12 @@ def run_plan(tasks: list[str], studies: list[str] | None, profile: str, seeds: i
                 store=store,
                 checkpoint_root=CHECKPOINTS,
             )
-            paths = ab.save_tables(records, store, metric, higher_is_better)
+            # The primary tables read the seeds the plan fixed first; seeds added after them
+            # (ab.PLAN_SEEDS) get tables of their own, a labelled follow-up.
+            planned = [r for r in records if r["config"]["seed"] < ab.PLANNED_SEEDS]
+            paths = ab.save_tables(planned, store, metric, higher_is_better)
+            if len(planned) < len(records):
+                ab.save_tables(records, store, metric, higher_is_better, suffix="-follow-up")
             trained = sum(r["provenance"]["wall_time_s"] for r in records)
             print(
                 f"{task} {study}: {len(records)} runs, {trained / 60:.1f} min of training in "

@@ -61,14 +61,16 @@ def save_tables(
     store: ResultsStore,
     metric: str,
     higher_is_better: bool,
+    suffix: str = "",
 ) -> dict[str, Path]:
     """Write the summary (CSV) and every table (JSON) of one study's records, atomically, as
     ``<store>/summaries/<task>-<study>-<profile>.{csv,json}`` (a subfolder: the store reads
     only records from its root). Every verdict in them is computed on Holm-adjusted p-values:
     the summary's against the baseline, a factorial's ``effects`` (main effects and two-way
-    interactions) and the Table 3 comparison, each one family."""
+    interactions) and the Table 3 comparison, each one family. ``suffix`` ends the name
+    (``"-follow-up"``: a study's tables with the seeds added after its planned ones)."""
     config = records[0]["config"]
-    name = f"{config['task']}-{config['study']}-{config['profile']}"
+    name = f"{config['task']}-{config['study']}-{config['profile']}{suffix}"
     folder = store.root / "summaries"
     summary = summarize(records, metric)
     tables = {

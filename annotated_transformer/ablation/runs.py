@@ -196,32 +196,38 @@ def train_run(
     model, evaluation = fit.model, config["evaluation"]
     samples: dict[str, Any] = {}
     if kind == "translation":
-        test = evaluate(model, splits["test"], pad, precision=train_config.precision)
-        metrics.update({f"test_{name}": test[name] for name in ("loss", "perplexity", "accuracy")})
+        # Validation for choosing, test for reporting: both splits decoded the same way, so a
+        # study can be read on the split that chooses (valid_bleu) and reported on test.
         limit = evaluation.get("test_sentences")
-        references = task.references["test"][:limit]
-        hypotheses = translate(
-            model,
-            task.splits["test"],
-            task.tokenizer,
-            task.info,
-            limit=limit,
-            max_new_tokens=evaluation.get("max_new_tokens"),
-        )
-        scores = score_translations(
-            hypotheses, references, resamples=evaluation.get("bleu_resamples") or 0
-        )
-        metrics.update(
-            {
-                "test_bleu": scores.bleu,
-                "test_chrf": scores.chrf,
-                "bleu_signature": scores.signature,
-                "test_sentences": scores.sentences,
-                "decode": "greedy",
-            }
-        )
-        if scores.bleu_low is not None:
-            metrics.update({"test_bleu_low": scores.bleu_low, "test_bleu_high": scores.bleu_high})
+        for split in ("valid", "test"):
+            held_out = evaluate(model, splits[split], pad, precision=train_config.precision)
+            metrics.update(
+                {f"{split}_{name}": held_out[name] for name in ("loss", "perplexity", "accuracy")}
+            )
+            references = task.references[split][:limit]
+            hypotheses = translate(
+                model,
+                task.splits[split],
+                task.tokenizer,
+                task.info,
+                limit=limit,
+                max_new_tokens=evaluation.get("max_new_tokens"),
+            )
+            scores = score_translations(
+                hypotheses, references, resamples=evaluation.get("bleu_resamples") or 0
+            )
+            metrics.update(
+                {
+                    f"{split}_bleu": scores.bleu,
+                    f"{split}_chrf": scores.chrf,
+                    f"{split}_sentences": scores.sentences,
+                }
+            )
+            if scores.bleu_low is not None:
+                metrics.update(
+                    {f"{split}_bleu_low": scores.bleu_low, f"{split}_bleu_high": scores.bleu_high}
+                )
+        metrics.update({"bleu_signature": scores.signature, "decode": "greedy"})
         samples = {"reference": references[:3], "hypothesis": hypotheses[:3]}
     else:
         split = "test" if "test" in splits else "valid"  # Tiny Shakespeare has no test split

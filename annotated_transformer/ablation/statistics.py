@@ -155,6 +155,52 @@ def holm_verdicts(rows: Sequence[dict[str, Any]], alpha: float = 0.05) -> None:
             row["verdict"] = "differs" if adjusted < alpha else "within noise"
 
 
+# The power at which chapter 09 states the smallest difference a comparison could have found.
+POWER = 0.8
+
+
+def detectable_difference(
+    baseline: Sequence[float], variant: Sequence[float], alpha: float = 0.05, power: float = POWER
+) -> float:
+    """The smallest true difference of means that a two-sided t-test at level ``alpha`` between
+    ``len(baseline)`` and ``len(variant)`` runs finds with probability ``power``, at the spread
+    these runs show (their pooled standard deviation), in the metric's units:
+    ``statsmodels``' ``TTestIndPower().solve_power`` for the standardized effect, times that
+    standard deviation. A "within noise" beside a detectable difference larger than the effect
+    in question says "not resolvable at this size", not "no effect". NaN with fewer than 2 runs
+    on a side or no spread at all."""
+    if len(baseline) < 2 or len(variant) < 2 or not 0 < alpha < 1:
+        return math.nan
+    first, second = len(baseline), len(variant)
+    pooled = math.sqrt(
+        ((first - 1) * stdev(baseline) ** 2 + (second - 1) * stdev(variant) ** 2)
+        / (first + second - 2)
+    )
+    if pooled == 0:
+        return math.nan
+    return standardized_detectable(first, second, alpha, power) * pooled
+
+
+def standardized_detectable(
+    first: int, second: int, alpha: float = 0.05, power: float = POWER
+) -> float:
+    """The smallest standardized difference (Cohen's d) that a two-sided two-sample t-test at
+    ``alpha`` between ``first`` and ``second`` runs finds with probability ``power``
+    (``statsmodels.stats.power.TTestIndPower().solve_power``)."""
+    from statsmodels.stats.power import TTestIndPower
+
+    return float(
+        TTestIndPower().solve_power(
+            effect_size=None,
+            nobs1=first,
+            ratio=second / first,
+            alpha=alpha,
+            power=power,
+            alternative="two-sided",
+        )
+    )
+
+
 SAME_RUNS = "same runs as baseline"
 
 

@@ -23,6 +23,8 @@ from .runner import training_part
 from .statistics import (
     SAME_RUNS,
     default_metric,
+    detectable_difference,
+    standardized_detectable,
     holm,
     judge,
     rank,
@@ -30,7 +32,7 @@ from .statistics import (
     usable_runs,
     variant_values,
 )
-from .studies import PLAN, STUDIES, TASKS, plan_seeds, task_kind
+from .studies import PLAN, PLANNED_SEEDS, STUDIES, TASKS, plan_seeds, task_kind
 
 # The newest and largest profiles first: a study stored at several sizes is read at its largest.
 PROFILE_ORDER = ("reference", "gpu", "cpu")
@@ -52,6 +54,9 @@ class StoredStudy:
     study: str
     profile: str
     records: tuple[dict[str, Any], ...]
+    # True: every seed stored, those added after the planned ones included (a labelled
+    # follow-up); False: the seeds its plan fixed before it ran (the primary analysis).
+    follow_up: bool = False
 
     @property
     def metric(self) -> str:
@@ -63,7 +68,10 @@ class StoredStudy:
 
     @property
     def title(self) -> str:
-        return f"{self.task}, {self.study} study, {self.profile} profile"
+        title = f"{self.task}, {self.study} study, {self.profile} profile"
+        if self.follow_up:
+            title += f", follow-up: its seeds past the planned {PLANNED_SEEDS} included"
+        return title
 
     @property
     def baseline(self) -> str | None:
@@ -71,19 +79,37 @@ class StoredStudy:
         return found[0] if found else None
 
 
-def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
+SEED_CHOICES = ("planned", "follow-up")
+
+
+def stored_studies(records: Iterable[dict[str, Any]], seeds: str = "planned") -> list[StoredStudy]:
     """``records`` (a results store's) grouped by task (the name users type, an old record's
     ``shakespeare`` included), study and profile, smoke runs left out, and a study whose baseline
     has no run yet left out too (:func:`plan_progress` counts it); the newest record of each
     (variant, seed) kept. Ordered by :data:`PROFILE_ORDER` (other
-    profiles after it, by name), then by task, then in the order of :data:`STUDIES`."""
+    profiles after it, by name), then by task, then in the order of :data:`STUDIES`.
+
+    ``seeds="planned"``: the primary analysis, the seeds every plan fixed before its study ran
+    (:data:`~annotated_transformer.ablation.studies.PLANNED_SEEDS`: 0, 1, 2). ``"follow-up"``:
+    only the studies that trained more seeds afterwards, with all of them
+    (``StoredStudy.follow_up``)."""
+    if seeds not in SEED_CHOICES:
+        raise ValueError(f"seeds={seeds!r}: use one of {', '.join(SEED_CHOICES)}")
     groups: dict[tuple[str, str, str], dict[tuple[str, int], dict[str, Any]]] = {}
     for record in sorted(records, key=lambda r: r["provenance"]["date"], reverse=True):
         config = record["config"]
         if config["profile"] == "smoke":
             continue
         key = (canonical_task(config["task"]), config["study"], config["profile"])
+        if seeds == "planned" and config["seed"] >= PLANNED_SEEDS:
+            continue
         groups.setdefault(key, {}).setdefault((config["variant"], config["seed"]), record)
+    if seeds == "follow-up":
+        groups = {
+            key: runs
+            for key, runs in groups.items()
+            if any(seed >= PLANNED_SEEDS for _, seed in runs)
+        }
 
     def variant_order(task: str, study: str) -> list[str]:
         if study not in STUDIES or task not in TASKS:
@@ -100,7 +126,9 @@ def stored_studies(records: Iterable[dict[str, Any]]) -> list[StoredStudy]:
             runs.values(),
             key=lambda r: (place.get(r["config"]["variant"], len(order)), r["config"]["seed"]),
         )
-        studies.append(StoredStudy(task, study, profile, tuple(ordered)))
+        studies.append(
+            StoredStudy(task, study, profile, tuple(ordered), follow_up=seeds == "follow-up")
+        )
     names = list(STUDIES)
 
     def position(study: StoredStudy) -> tuple:
@@ -162,12 +190,17 @@ def verdict_table(
     adjusted by Holm over the study's comparisons, and the verdict of the adjusted value:
     ``better`` or ``worse`` (beyond seed noise), ``within noise``, ``cannot judge`` (fewer than
     2 runs on a side), ``baseline``, or :data:`SAME_RUNS` (a variant whose runs are the
-    baseline's own, not compared); then what a run of it cost (:func:`variant_costs`)."""
+    baseline's own, not compared); ``detectable``: the smallest difference its comparison would
+    have found at 80 % power (:func:`~annotated_transformer.ablation.statistics.detectable_difference`)
+    at Holm's strictest level, ``alpha`` over the study's number of comparisons (the level a
+    difference must pass to be called real whatever the other rows show); then what a run of it
+    cost (:func:`variant_costs`)."""
     summary = summarize(records, metric)
     costs = variant_costs(records)
     places = {row["variant"]: row["rank"] for row in rank(summary, higher_is_better)}
     values = variant_values(records, metric)
     base = next((row["variant"] for row in summary if row["baseline"]), None)
+    family = sum(not math.isnan(row.get("p_value", math.nan)) for row in summary)
     rows = []
     for row in summary:
         out = {
@@ -190,6 +223,11 @@ def verdict_table(
                 "diff_high": high,
                 "p_value": row.get("p_value", math.nan),
                 "p_holm": row.get("p_holm", math.nan),
+                "detectable": detectable_difference(
+                    values[base], values[row["variant"]], alpha / family
+                )
+                if family and not math.isnan(row.get("p_value", math.nan))
+                else math.nan,
             }
         )
         if row["baseline"]:
@@ -498,7 +536,8 @@ def seed_spread(studies: Sequence[StoredStudy], seeds: int = 3) -> list[dict[str
     baseline configuration that most seeds trained, each seed once) and the smallest difference
     between two variants of ``seeds`` seeds each that a 95 % interval can resolve at that spread:
     ``t(0.975, 2 (seeds - 1)) * std * sqrt(2 / seeds)``. An effect smaller than that is noise at
-    this size, whatever a study calls it."""
+    this size, whatever a study calls it; ``detectable at 80% power``: the smallest true difference
+    such a comparison finds four times in five (:func:`standardized_detectable`), larger again."""
     groups: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for study in studies:
         for record in study.records:
@@ -521,6 +560,8 @@ def seed_spread(studies: Sequence[StoredStudy], seeds: int = 3) -> list[dict[str
             row["resolvable difference"] = (
                 t_quantile(0.975, 2 * (seeds - 1)) * spread * math.sqrt(2 / seeds)
             )
+            # what two such studies would find 4 times in 5 (two-sided, alpha 0.05)
+            row["detectable at 80% power"] = standardized_detectable(seeds, seeds) * spread
         rows.append(row)
     return rows
 
@@ -668,6 +709,32 @@ class Claim:
 CLAIMS = (
     Claim("heads", "2 heads beat 4", "2", "4", "better"),
     Claim("positional", "no positional encoding barely matters", "none", "sinusoidal", "the same"),
+    # The same claim against fair baselines: the sinusoids above start with tokens a third of
+    # their size (the token_rms study), so "none" is also set against the rotary positions the
+    # course's base uses and against sinusoids whose tokens start at rms 1.
+    Claim(
+        "positional",
+        "no positional encoding barely matters (against rotary, our base)",
+        "none",
+        "rope",
+        "the same",
+    ),
+    Claim(
+        "token_rms",
+        "no positional encoding barely matters (against sinusoids, tokens at rms 1)",
+        "none, rms 1",
+        "sinusoidal, rms 1",
+        "the same",
+    ),
+    # Table 3's row E (the paper: learned positions "nearly identical" to sinusoids), with the
+    # sinusoids' handicap of small tokens removed from both sides.
+    Claim(
+        "token_rms_learned",
+        "learned positions match sinusoids (Table 3 row E, tokens at rms 1)",
+        "learned, rms 1",
+        "sinusoidal, rms 1",
+        "the same",
+    ),
     Claim(
         "architecture",
         "decoder-only beats encoder-decoder",
@@ -675,8 +742,66 @@ CLAIMS = (
         "encoder-decoder",
         "better",
     ),
-    Claim("factorial", "the factorial's winning levels"),
+    Claim(
+        "factorial",
+        "the factorial's winning levels",
+        winners=(
+            ("positional", "relative"),
+            ("norm", "rmsnorm"),
+            ("optimizer", "noam"),
+            ("smoothing", "ls=0.1"),
+        ),
+    ),
 )
+
+# The source report's 2^4 factorial (Chinese->English, one seed per cell, 192 test pairs, beam
+# 5): the mean test BLEU of each factor's levels over the 8 cells at that level. Its "optimizer"
+# is, like ours, Adam at a constant rate against Adam under Noam's warmup schedule: a schedule.
+# It also reports the best cell (relative + RMSNorm + Adam + smoothing, 9.50), the worst
+# (absolute + LayerNorm + Adam + no smoothing, 5.84) and "the strongest interaction is optimizer
+# x smoothing".
+FACTORIAL_REPORT: dict[str, dict[str, float]] = {
+    "positional": {"absolute": 7.57, "relative": 8.52},
+    "norm": {"layernorm": 8.00, "rmsnorm": 8.08},
+    "optimizer": {"adam": 7.88, "noam": 8.21},
+    "smoothing": {"ls=0": 7.53, "ls=0.1": 8.56},
+}
+FACTORIAL_REPORT_INTERACTION = ("optimizer", "smoothing")
+
+
+def factorial_against_report(study: StoredStudy, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """Each factor of the factorial beside :data:`FACTORIAL_REPORT`: the report's two level
+    means, its effect and winning level (one seed a cell: no interval), and ours over the seeds
+    every cell has (:func:`balanced_runs`): the effect with Welch's 95 % interval, Holm's
+    p-value over the factors, our winner (``None`` within noise) and whether it is the report's."""
+    runs, _ = balanced_runs(study)
+    effects = factor_effects(runs, study.metric, study.higher_is_better, alpha)
+    ours = {row["factor"]: row for row in effects}
+    rows = []
+    for factor, levels in FACTORIAL_REPORT.items():
+        (first, first_mean), (second, second_mean) = levels.items()
+        reported = second if second_mean > first_mean else first
+        measured = ours.get(factor, {})
+        effect, low, high = (
+            measured.get(key, math.nan) for key in ("effect", "effect_low", "effect_high")
+        )
+        if measured and measured["levels"] != f"{first} -> {second}":  # ours in the other order
+            effect, low, high = -effect, -high, -low
+        rows.append(
+            {
+                "factor": factor,
+                "levels": f"{first} -> {second}",
+                "report effect": second_mean - first_mean,
+                "report winner": reported,
+                "our effect": effect,
+                "effect_low": low,
+                "effect_high": high,
+                "p_holm": measured.get("p_holm", math.nan),
+                "our winner": measured.get("winner"),
+                "same winner": measured.get("winner") == reported,
+            }
+        )
+    return rows
 
 
 def check_claims(
@@ -712,6 +837,12 @@ def check_claims(
                 "runs": len(study.records),
                 "at_trivial_level": measures_nothing(study, trivial_of),
             }
+            if row["at_trivial_level"] is True:
+                # A baseline that has learnt nothing of the design cannot back a claim either way.
+                row["measured"] = "the study's baseline sits at its trivial level"
+                row["verdict"] = "measures nothing"
+                rows.append(row)
+                continue
             if not claim.variant:
                 with_runs, design = factorial_cells(study)
                 if with_runs < design:

@@ -610,6 +610,9 @@ def test_a_smoke_study_writes_records_then_loads_them(tmp_path, monkeypatch):
         assert store.exists(record["key"])
         metrics = record["metrics"]
         assert metrics["test_sentences"] == 8 and 0 <= metrics["test_bleu"] <= 100
+        # validation for choosing, test for reporting: both splits decoded and scored
+        assert metrics["valid_sentences"] == 8 and 0 <= metrics["valid_bleu"] <= 100
+        assert math.isfinite(metrics["valid_loss"]) and 0 <= metrics["valid_chrf"] <= 100
         assert metrics["test_bleu_low"] <= metrics["test_bleu_high"]
         assert math.isfinite(metrics["test_loss"]) and metrics["decode"] == "greedy"
         assert record["history"] and record["provenance"]["seed"] == 0

@@ -235,9 +235,12 @@ def test_claims_are_measured_where_stored_and_say_so_where_not():
         ab.Claim("heads", "8 and 4 are the same", "8", "4", "the same"),
         ab.Claim("positional", "no positions barely matter", "none", "sinusoidal", "the same"),
     ]
-    rows = ab.check_claims(studies, claims, trivial_of=bigram(2.50))
+    at_trivial = ab.check_claims(studies, claims, trivial_of=bigram(2.50))
+    assert [row["verdict"] for row in at_trivial[:3]] == ["measures nothing"] * 3
+    assert all(row["at_trivial_level"] is True for row in at_trivial[:3])
+    rows = ab.check_claims(studies, claims, trivial_of=bigram(3.50))
     assert [row["verdict"] for row in rows] == ["agrees", "disagrees", "disagrees", "not stored"]
-    assert rows[0]["measured"] == "2 better than 4" and rows[0]["at_trivial_level"] is True
+    assert rows[0]["measured"] == "2 better than 4" and rows[0]["at_trivial_level"] is False
     assert rows[0]["difference"] == pytest.approx(-0.07)
     assert rows[0]["diff_low"] < rows[0]["difference"] < rows[0]["diff_high"]
     assert "run -p study positional" in rows[3]["measured"]
@@ -332,7 +335,7 @@ def test_a_factorial_seed_still_under_way_does_not_tilt_the_main_effects():
         for seed, noise in enumerate((-0.01, 0.01, 0.0))
     ]
     extra = [run(1, 1, seed, 12.0) for seed in range(3, 7)]
-    (study,) = ab.stored_studies(complete + extra)
+    (study,) = ab.stored_studies(complete + extra, "follow-up")  # seeds 3-6 too
     runs, seeds = ab.balanced_runs(study)
     assert seeds == [0, 1, 2] and len(runs) == 12
     assert {r["config"]["seed"] for r in runs} == {0, 1, 2}
@@ -352,7 +355,8 @@ def test_a_factorial_seed_still_under_way_does_not_tilt_the_main_effects():
     (empty,) = ab.stored_studies(complete[:9])  # (a1, b1) has no run
     assert ab.balanced_runs(empty) == ([], [])
     # every cell has a run, but no seed has one in every cell: nothing to read yet
-    (crossed,) = ab.stored_studies([r for r in complete if r["config"]["seed"] == 0][:3] + extra)
+    crossed_runs = [r for r in complete if r["config"]["seed"] == 0][:3] + extra
+    (crossed,) = ab.stored_studies(crossed_runs, "follow-up")  # extra's seeds are 3-6
     assert ab.factorial_cells(crossed) == (4, 4) and ab.balanced_runs(crossed) == ([], [])
     (row,) = ab.check_claims([crossed], [claim], trivial_of=lambda study: None)
     assert row["verdict"] == "cannot judge"
@@ -525,3 +529,96 @@ def test_seed_spread_reads_the_shared_baseline_and_the_difference_three_seeds_re
 
 def test_counted_pluralises_unless_one():
     assert [ab.counted(n, "seed") for n in (0, 1, 2)] == ["0 seeds", "1 seed", "2 seeds"]
+
+
+# -- statistics as planned: the seeds fixed first, the detectable difference ---------------------
+
+
+def test_the_primary_analysis_of_a_stored_study_reads_only_its_planned_seeds():
+    """Table 3 trained seeds 3 and 4 after its 3-seed analysis (PLAN_SEEDS): its verdicts come
+    from seeds 0-2; all five appear only in the labelled follow-up."""
+    records = ResultsStore(STORED).records()
+    primary = {(s.task, s.study, s.profile): s for s in ab.stored_studies(records)}
+    follow_up = {(s.task, s.study, s.profile): s for s in ab.stored_studies(records, "follow-up")}
+    table3 = primary[("multi30k", "table3", "reference")]
+    assert {r["config"]["seed"] for r in table3.records} == {0, 1, 2}
+    assert not table3.follow_up and "follow-up" not in table3.title
+    for study in primary.values():
+        assert all(r["config"]["seed"] < ab.PLANNED_SEEDS for r in study.records)
+    later = follow_up[("multi30k", "table3", "reference")]
+    assert {r["config"]["seed"] for r in later.records} == {0, 1, 2, 3, 4}
+    assert later.follow_up and "follow-up" in later.title
+    # exactly the studies whose plan added seeds have a follow-up
+    assert {(task, study) for task, study, _ in follow_up} == {
+        key for key in ab.PLAN_SEEDS if ab.has_follow_up(*key)
+    }
+    rows = ab.verdict_table(table3.records, table3.metric, table3.higher_is_better)
+    assert {row["n"] for row in rows if row["verdict"] != "same runs as baseline"} == {3}
+    with pytest.raises(ValueError, match="planned, follow-up"):
+        ab.stored_studies(records, "all")
+
+
+def test_detectable_difference_is_found_with_the_stated_power():
+    """Cohen's table: d = 1.325 for 10 + 10 runs at alpha 0.05 and 80 % power; and simulated
+    two-sided t-tests at that difference reject about 80 % of the time."""
+    import random
+
+    assert ab.standardized_detectable(10, 10) == pytest.approx(1.3249, abs=2e-3)
+    assert ab.standardized_detectable(3, 3) > ab.standardized_detectable(5, 5)
+    assert ab.standardized_detectable(3, 3, alpha=0.05 / 17) > ab.standardized_detectable(3, 3)
+    spread = [0.0, 1.0, 2.0]  # std 1 on either side
+    effect = ab.detectable_difference(spread, [x + 5 for x in spread])
+    assert effect == pytest.approx(ab.standardized_detectable(3, 3))
+    generator = random.Random(0)
+    rejected = 0
+    for _ in range(4000):
+        first = [generator.gauss(0, 1) for _ in range(3)]
+        second = [generator.gauss(effect, 1) for _ in range(3)]
+        rejected += stats.ttest_ind(second, first).pvalue < 0.05
+    assert rejected / 4000 == pytest.approx(0.8, abs=0.03)
+    assert math.isnan(ab.detectable_difference([1.0], [2.0, 3.0]))
+
+
+def test_verdict_table_puts_the_detectable_difference_at_holms_strictest_level_beside_a_verdict():
+    values = {"8": [2.40, 2.45, 2.50], "2": [2.42, 2.47, 2.62], "4": [2.0, 2.1, 2.2]}
+    (study,) = ab.stored_studies(heads_study(values))
+    rows = {r["variant"]: r for r in ab.verdict_table(study.records, study.metric, False)}
+    baseline = next(r["variant"] for r in rows.values() if r["verdict"] == "baseline")
+    assert math.isnan(rows[baseline]["detectable"])
+    compared = [label for label, row in rows.items() if label != baseline]
+    for label in compared:
+        expected = ab.detectable_difference(values[baseline], values[label], 0.05 / len(compared))
+        assert rows[label]["detectable"] == pytest.approx(expected)
+
+
+def test_a_claim_from_a_study_at_the_trivial_level_measures_nothing():
+    values = {"2": [2.0, 2.1, 2.2], "4": [3.0, 3.1, 3.2], "8": [3.0, 3.1, 3.0]}
+    studies = ab.stored_studies(heads_study(values))
+    (row,) = ab.check_claims(studies, [ab.CLAIMS[0]], trivial_of=bigram(3.05))
+    assert row["at_trivial_level"] is True and row["verdict"] == "measures nothing"
+    (row,) = ab.check_claims(studies, [ab.CLAIMS[0]], trivial_of=lambda study: None)
+    assert row["verdict"] == "agrees"  # the same runs, judged when the baseline has learnt
+
+
+def test_the_factorial_is_set_beside_the_reports_effects_in_the_reports_orientation():
+    (study,) = [
+        s
+        for s in ab.stored_studies(ResultsStore(STORED).records())
+        if s.study == "factorial" and s.profile == "reference"
+    ]
+    rows = {row["factor"]: row for row in ab.factorial_against_report(study)}
+    assert list(rows) == list(ab.FACTORIAL_REPORT)
+    runs, _ = ab.balanced_runs(study)
+    for factor, levels in ab.FACTORIAL_REPORT.items():
+        first, second = levels
+        by_level = {
+            level: [
+                r["metrics"][study.metric] for r in runs if r["config"]["factors"][factor] == level
+            ]
+            for level in levels
+        }
+        ours = statistics.mean(by_level[second]) - statistics.mean(by_level[first])
+        assert rows[factor]["our effect"] == pytest.approx(ours)
+        assert rows[factor]["effect_low"] < ours < rows[factor]["effect_high"]
+        assert rows[factor]["report effect"] == pytest.approx(levels[second] - levels[first])
+    assert rows["smoothing"]["report winner"] == "ls=0.1"
