@@ -140,13 +140,17 @@ class ResultsStore:
             return []
         return [self.load(path.stem) for path in sorted(self.root.glob("*.json"))]
 
-    def find(self, *, leak_twins: bool = False, **filters: Any) -> list[dict[str, Any]]:
+    def find(
+        self, *, leak_twins: bool = False, masked: bool = False, **filters: Any
+    ) -> list[dict[str, Any]]:
         """Records whose ``config`` has every ``name=value`` of ``filters``, newest first.
 
         Task names are compared by :func:`~annotated_transformer.tasks.canonical_task`: a record
         stored as ``shakespeare`` is found by ``task="tinyshakespeare"`` and the other way round.
         A language model trained without its causal mask (:func:`is_leak_twin`) is left out
         unless ``leak_twins`` is set: it measures the leak, and must never be read as a result.
+        A masked language model (:func:`is_masked_lm`) is left out unless ``masked`` is set: its
+        perplexity is over hidden words seen from both sides, not comparable with a causal one.
         """
 
         def same(name: str, stored: Any, wanted: Any) -> bool:
@@ -158,6 +162,7 @@ class ResultsStore:
             record
             for record in self.records()
             if (leak_twins or not is_leak_twin(record))
+            and (masked or not is_masked_lm(record))
             and all(
                 same(name, record.get("config", {}).get(name), value)
                 for name, value in filters.items()
@@ -173,7 +178,19 @@ def is_leak_twin(record: dict[str, Any]) -> bool:
     config = record.get("config", {})
     task = TASKS.get(canonical_task(str(config.get("task"))))
     arch = config.get("model", {}).get("arch")
-    return task is not None and task.kind == "language-model" and arch == "encoder-only"
+    return (
+        task is not None
+        and task.kind == "language-model"
+        and arch == "encoder-only"
+        and not is_masked_lm(record)
+    )
+
+
+def is_masked_lm(record: dict[str, Any]) -> bool:
+    """Whether ``record`` is a language model trained on BERT's masked-token objective
+    (``data.objective=masked``): bidirectional, but scored on words hidden from its input, so
+    no leak; its perplexity is not a causal model's either."""
+    return record.get("config", {}).get("data", {}).get("objective") == "masked"
 
 
 def run_or_load(

@@ -15,6 +15,7 @@ the same way, in eval mode), as a report printing train / valid / test would hav
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,3 +71,75 @@ def masked_lm_readings(
             ),
         }
     return readings
+
+
+# The source report's PTB "encoder-only (BERT-like), unidirectional or bidirectional" model (its
+# sections 4.4 and 6.1.1): perplexity and token accuracy by split, and what it said of its size.
+REPORT_PTB = {
+    "train": {"perplexity": 22.6, "accuracy": 0.558},
+    "valid": {"perplexity": 39.3, "accuracy": 0.493},
+    "test": {"perplexity": 40.8, "accuracy": 0.487},
+}
+
+
+def ladder_rows(
+    causal: dict[str, Any] | None, masked: dict[str, Any] | None, leak: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Chapter 08's ladder of PTB numbers, each with what it measures: the causal reference run
+    (the next word from the words before it), the report's model as it printed its numbers, the
+    masked model read two ways (:func:`masked_lm_readings`, stored in ``masked``'s metrics as
+    ``{split}_{masked|every}_{perplexity|accuracy}``) and the model without its causal mask (the
+    next word, which it reads off its own input). A record that is not stored gives no row."""
+    rows: list[dict[str, Any]] = []
+    nan = math.nan
+
+    def row(name: str, predicts: str, sees: str, values: dict[str, tuple[float, float]]) -> None:
+        rows.append(
+            {
+                "model": name,
+                "predicts": predicts,
+                "sees": sees,
+                **{f"{split} ppl": values.get(split, (nan, nan))[0] for split in REPORT_PTB},
+                "test accuracy": values.get("test", (nan, nan))[1],
+            }
+        )
+
+    if causal is not None:
+        row(
+            "causal (reference run)",
+            "each next word",
+            "the words before it",
+            {"test": (causal["metrics"]["test_perplexity"], nan)},
+        )
+    row(
+        "the report's encoder-only model",
+        "as printed",
+        "unstated",
+        {split: (v["perplexity"], v["accuracy"]) for split, v in REPORT_PTB.items()},
+    )
+    if masked is not None:
+        metrics = masked["metrics"]
+        for tokens, name, predicts in (
+            ("masked", "masked model, scored on the masked words", "the 15 % masked words"),
+            ("every", "masked model, scored on every word", "every word of the corrupted text"),
+        ):
+            row(
+                name,
+                predicts,
+                "the words on both sides",
+                {
+                    split: (
+                        metrics[f"{split}_{tokens}_perplexity"],
+                        metrics[f"{split}_{tokens}_accuracy"],
+                    )
+                    for split in REPORT_PTB
+                },
+            )
+    if leak is not None:
+        row(
+            "no causal mask (leak twin)",
+            "each next word",
+            "the next word itself",
+            {"test": (leak["metrics"]["test_perplexity"], nan)},
+        )
+    return rows

@@ -160,6 +160,31 @@ def test_the_stored_ptb_leak_twin_is_never_found_as_a_result():
     assert not is_leak_twin({"config": {"task": "multi30k", "model": {"arch": "encoder-only"}}})
 
 
+def test_a_masked_language_model_is_neither_a_leak_nor_a_causal_result(tmp_path):
+    """The report's masked PTB model is bidirectional but hides the words it is scored on: not
+    a leak twin, and not found as the PTB result unless asked for (its perplexity measures
+    something else)."""
+    from annotated_transformer.results.experiments import is_leak_twin, is_masked_lm
+
+    def record(key, arch, data, date):
+        config = {"task": "ptb", "profile": "reference", "model": {"arch": arch}, "data": data}
+        return key, {"config": config, "metrics": {}, "provenance": {"date": date}}
+
+    store = ResultsStore(tmp_path)
+    for key, value in (
+        record("causal", "decoder-only", {}, "2026-01-01"),
+        record("twin", "encoder-only", {}, "2026-01-02"),
+        record("masked", "encoder-only", {"objective": "masked"}, "2026-01-03"),
+    ):
+        store.save(key, {**value, "history": [], "samples": {}})
+    masked = store.load("masked")
+    assert is_masked_lm(masked) and not is_leak_twin(masked)
+    assert [r["config"]["model"]["arch"] for r in store.find(task="ptb")] == ["decoder-only"]
+    everything = store.find(task="ptb", leak_twins=True, masked=True)
+    assert [is_masked_lm(r) for r in everything] == [True, False, False]  # newest first
+    assert [is_masked_lm(r) for r in store.find(task="ptb", masked=True)] == [True, False]
+
+
 def test_only_chapter_08s_twin_lookup_asks_for_leak_twins():
     from pathlib import Path
 

@@ -102,3 +102,21 @@ def test_a_small_masked_model_learns_and_its_readings_cover_each_split():
         assert 4 * masked["tokens"] < every["tokens"] < 10 * masked["tokens"]  # 15 % chosen
         for measured in (masked, every):
             assert measured["perplexity"] == pytest.approx(math.exp(measured["loss"]))
+
+
+def test_the_ladder_sets_each_ptb_number_beside_what_it_measures():
+    from annotated_transformer.results.masked_lm import REPORT_PTB, ladder_rows
+
+    causal = {"metrics": {"test_perplexity": 86.6}}
+    leak = {"metrics": {"test_perplexity": 1.05}}
+    readings = {
+        f"{split}_{tokens}_{measure}": value
+        for split in ("train", "valid", "test")
+        for tokens, value in (("masked", 30.0), ("every", 2.0))
+        for measure in ("perplexity", "accuracy")
+    }
+    rows = ladder_rows(causal, {"metrics": readings}, leak)
+    assert [row["test ppl"] for row in rows] == [86.6, 40.8, 30.0, 2.0, 1.05]
+    assert rows[1]["valid ppl"] == REPORT_PTB["valid"]["perplexity"]
+    assert math.isnan(rows[0]["test accuracy"]) and rows[1]["test accuracy"] == 0.487
+    assert len(ladder_rows(None, None, None)) == 1  # the report's row alone
