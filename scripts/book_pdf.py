@@ -18,10 +18,9 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import yaml
+from annotated_transformer.book import toc as book_toc
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path(os.environ.get("AT_CHROMIUM", "/usr/bin/chromium"))
@@ -32,17 +31,8 @@ TYPESET = (
 
 
 def toc_pages(toc: Path = ROOT / "_toc.yml") -> list[str]:
-    """The HTML page of every document in ``toc``, root first."""
-
-    def files(entries: list[dict]) -> Iterator[str]:
-        for entry in entries:
-            if "file" in entry:
-                yield entry["file"]
-            for key in ("parts", "chapters", "sections"):
-                yield from files(entry.get(key, []))
-
-    content = yaml.safe_load(toc.read_text(encoding="utf-8"))
-    return [f"{name}.html" for name in [content["root"], *files(content.get("parts", []))]]
+    """The HTML page of every document in ``toc``, root first (:mod:`annotated_transformer.book.toc`)."""
+    return book_toc.toc_pages(toc)
 
 
 @functools.cache

@@ -28,9 +28,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
+
+from annotated_transformer.book.toc import toc_pages
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.built_book  # needs _build/html: not in the package-tests job
@@ -54,21 +55,7 @@ WIDTHS = (DESKTOP, PHONE)
 WINDOW_HEIGHT = 900
 
 
-def toc_files(entries: list[dict]) -> Iterator[str]:
-    for entry in entries:
-        if "file" in entry:
-            yield entry["file"]
-        for key in ("parts", "chapters", "sections"):
-            yield from toc_files(entry.get(key, []))
-
-
-def toc_pages() -> list[str]:
-    """The HTML page of every document in _toc.yml, root first."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return [f"{name}.html" for name in [toc["root"], *toc_files(toc.get("parts", []))]]
-
-
-PAGES = toc_pages()
+PAGES = toc_pages(ROOT / "_toc.yml")
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,16 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from annotated_transformer.book import colab
+from annotated_transformer.book.toc import toc_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
 
 def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
+    return toc_documents(ROOT / "_toc.yml")
 
 
 def cells(path: Path) -> list[dict]:

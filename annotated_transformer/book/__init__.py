@@ -5,4 +5,5 @@
     diagrams.py       the book's diagrams, drawn with matplotlib (chapters 01-12)
     colab.py          every chapter's first cell: on Colab, the course at the book's revision
     glue.py           numbers for the prose: MyST-NB's glue in the book build, a no-op elsewhere
+    toc.py            the table of contents (_toc.yml) in reading order: the PDF and the page tests
 """
