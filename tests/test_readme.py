@@ -1,0 +1,52 @@
+"""The README is short, and every result it shows is the stored record's, at the precision shown."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.results.experiments import ResultsStore
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+# the README's row -> (task, metric, unit of the number shown, where it ran)
+ROWS = {
+    "Tiny Shakespeare (characters)": ("tinyshakespeare", "valid_loss", "Xeon"),
+    "Multi30k de→en": ("multi30k", "test_bleu_beam", "Xeon"),
+    "Penn Treebank (words)": ("ptb", "test_perplexity", "Xeon"),
+    "WikiText-2 (words)": ("wikitext-2", "test_perplexity", "H100"),
+    "Chinese→English (cmn-eng)": ("cmn-eng", "test_bleu_beam", "H100"),
+}
+
+
+def table_rows() -> dict[str, list[str]]:
+    section = README.split("## What the course measured", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # past the head
+    return {
+        cells[0]: cells[1:]
+        for cells in ([c.strip() for c in r.strip("|").split("|")] for r in rows)
+    }
+
+
+def test_the_readme_is_short():
+    words = len(README.split())
+    assert words <= 1500, f"the README has {words} words; the reference lives in book/"
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_each_headline_result_is_the_stored_reference_record(row):
+    task, metric, where = ROWS[row]
+    shown, ran = table_rows()[row][:2]
+    record = ResultsStore(ROOT / "results").find(task=task, profile="reference")[0]
+    number = re.search(r"\d+\.\d+", shown).group(0)  # the first number: the result
+    digits = len(number.split(".")[1])
+    assert float(number) == round(record["metrics"][metric], digits)
+    assert where in record["provenance"]["device"] and where in ran
+    minutes = re.search(r"([\d.]+) min", ran).group(1)
+    places = len(minutes.split(".")[1]) if "." in minutes else 0
+    assert float(minutes) == round(record["provenance"]["wall_time_s"] / 60, places)
+
+
+def test_the_table_covers_every_reference_task():
+    assert set(table_rows()) == set(ROWS)
