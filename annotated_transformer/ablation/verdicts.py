@@ -812,7 +812,8 @@ def check_claims(
 ) -> list[dict[str, Any]]:
     """Each claim against every stored study it is about: our difference (``variant`` minus
     ``other``) with Welch's 95% interval and p-value (one planned comparison, unadjusted), what
-    we measured and the verdict: ``agrees``, ``disagrees``, ``within noise`` (ours is not beyond
+    we measured, the smallest difference the comparison detects at 80 % power (``detectable``),
+    and the verdict: ``agrees``, ``disagrees``, ``within noise`` (ours is not beyond
     seed noise: a difference the claim saw is not found, or, for a claim of "the same", a
     difference beyond :data:`SAME_MARGIN` is not ruled out), ``cannot judge``, or ``not stored``.
     ``at_trivial_level`` says whether that study's baseline sits at its trivial level
@@ -887,6 +888,8 @@ def check_claims(
                     "diff_low": low,
                     "diff_high": high,
                     "p_value": test["p_value"],
+                    # one planned comparison: the difference it finds 4 times in 5 at alpha
+                    "detectable": detectable_difference(first, second, alpha),
                 }
             )
             if test["verdict"] == "cannot judge":

@@ -242,6 +242,9 @@ def test_claims_are_measured_where_stored_and_say_so_where_not():
     assert [row["verdict"] for row in rows] == ["agrees", "disagrees", "disagrees", "not stored"]
     assert rows[0]["measured"] == "2 better than 4" and rows[0]["at_trivial_level"] is False
     assert rows[0]["difference"] == pytest.approx(-0.07)
+    assert rows[0]["detectable"] == pytest.approx(
+        ab.detectable_difference(values["4"], values["2"], 0.05)
+    )
     assert rows[0]["diff_low"] < rows[0]["difference"] < rows[0]["diff_high"]
     assert "run -p study positional" in rows[3]["measured"]
     noisy = ab.stored_studies(heads_study({"2": [2.0, 2.5, 1.5], "4": [2.1, 1.6, 2.6], "8": [2.0]}))
