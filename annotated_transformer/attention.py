@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masking import causal_mask, combine_masks
+from .norms import RMSNorm
 
 # On a CPU, which of torch's kernels for F.scaled_dot_product_attention is faster depends on the
 # precision. Causal forward plus backward on 2 cores with avx512_bf16 (benchmarks/README.md):
@@ -206,6 +207,11 @@ class MultiHeadAttention(nn.Module):
     ``d_v`` may be set apart from ``d_model`` (Table 3, row B changes ``d_k`` alone); ``W^O`` then
     maps the ``H·d_v`` concatenated values back to ``d_model``.
 
+    ``qk_norm=True`` (Dehghani et al. 2023; OLMo 2, the modded-nanogpt speedrun) RMS-normalises
+    each head's queries and keys over ``d_k`` (one learnt gain of ``d_k`` for the queries, one for
+    the keys, shared by the heads) after the projection and before any rotation, which bounds the
+    logits a head can produce.
+
     Two paths compute the same thing: the efficient one calls ``F.scaled_dot_product_attention``
     (fused kernels, no ``[T_q, T_k]`` weights kept); the explicit one calls
     :func:`dot_product_attention` and is taken when the weights are requested
@@ -221,6 +227,7 @@ class MultiHeadAttention(nn.Module):
         *,
         d_k: int | None = None,
         d_v: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         if d_model <= 0 or n_heads <= 0:
@@ -245,6 +252,9 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(n_heads * self.d_v, d_model, bias=bias)  # W^O
         self.dropout = nn.Dropout(dropout)
         self.use_sdpa = True
+        # QK-norm: one gain over d_k for the queries and one for the keys (None: no norm)
+        self.q_norm = RMSNorm(self.d_k) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_k) if qk_norm else None
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape
@@ -267,7 +277,14 @@ class MultiHeadAttention(nn.Module):
                 bias_q, bias_kv = self.qkv.bias.split([query_rows, key_value_rows])
             q = F.linear(query, weight_q, bias_q)  # [B, T_q, H·d_k]
             k, v = F.linear(key_value, weight_kv, bias_kv).split(self._sizes[1:], dim=-1)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        q, k = self._split_heads(q), self._split_heads(k)  # [B, H, T, d_k]
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        return self._normed_queries(q), k, self._split_heads(v)
+
+    def _normed_queries(self, q: Tensor) -> Tensor:
+        """``q`` ``[B, H, T, d_k]``, RMS-normalised over ``d_k`` when QK-norm is on."""
+        return q if self.q_norm is None else self.q_norm(q)
 
     def forward(
         self,
@@ -300,8 +317,8 @@ class MultiHeadAttention(nn.Module):
         cross = key_value is not None
         if cross and cache is not None and cache.key is not None:
             # Encoder memory was projected on the first step; only the queries are new.
-            q = self._split_heads(F.linear(query, *self._query_params()))
-            k, v = cache.key, cache.value
+            q = self._normed_queries(self._split_heads(F.linear(query, *self._query_params())))
+            k, v = cache.key, cache.value  # normalised when they were cached
         else:
             q, k, v = self.project(query, key_value)  # [B, H, T, d_k], [B, H, T, d_v] for v
             if positions is not None:

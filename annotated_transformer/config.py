@@ -21,7 +21,7 @@ from .positional import POSITIONAL_CHOICES
 
 ARCH_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 NORM_POSITION_CHOICES = ("post", "pre")
-ACTIVATION_CHOICES = ("relu", "gelu")
+ACTIVATION_CHOICES = ("relu", "gelu", "relu2")
 INIT_CHOICES = ("xavier", "normal")
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 PRECISION_CHOICES = ("fp32", "bf16", "auto")
@@ -78,7 +78,8 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     final_norm: bool | None = None  # a norm after each stack; defaults to norm_position == "pre"
     residual: bool = True  # False removes the residual connections (an ablation, not a model)
-    activation: str = "relu"
+    activation: str = "relu"  # or "gelu", "relu2" (max(0, x)², Primer)
+    qk_norm: bool = False  # RMSNorm each head's queries and keys before their dot product
     bias: bool = True  # biases in the attention and feed-forward projections
     pad_id: int | None = 0  # None: the inputs are never padded
     scale_embeddings: bool = True  # multiply embeddings by √d_model (§3.4)
@@ -112,7 +113,14 @@ class TransformerConfig:
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("relative_max_distance", self.relative_max_distance)
-        for name in ("residual", "bias", "scale_embeddings", "tie_embeddings", "share_embeddings"):
+        for name in (
+            "residual",
+            "bias",
+            "qk_norm",
+            "scale_embeddings",
+            "tie_embeddings",
+            "share_embeddings",
+        ):
             check_bool(name, getattr(self, name))
         if self.final_norm is not None:
             check_bool("final_norm", self.final_norm)

@@ -25,6 +25,11 @@ from .norms import build_norm
 from .positional import PositionState
 
 
+def relu_squared(x: Tensor) -> Tensor:
+    """``max(0, x)²`` (So et al. 2021, "Primer"; one of the modded-nanogpt speedrun's steps)."""
+    return F.relu(x).square()
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network, §3.3: ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
 
@@ -41,7 +46,7 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        activations = {"relu": F.relu, "gelu": F.gelu}
+        activations = {"relu": F.relu, "gelu": F.gelu, "relu2": relu_squared}
         if activation not in activations:
             raise ValueError(f"activation={activation!r} is not one of: {', '.join(activations)}")
         self.activation = activations[activation]
@@ -115,7 +120,8 @@ def recording(
 
 
 def attention_from(config: TransformerConfig) -> MultiHeadAttention:
-    """A multi-head attention of ``config``'s sizes (heads, ``d_k``, ``d_v``) and dropout."""
+    """A multi-head attention of ``config``'s sizes (heads, ``d_k``, ``d_v``), dropout and
+    QK-norm."""
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
@@ -123,6 +129,7 @@ def attention_from(config: TransformerConfig) -> MultiHeadAttention:
         config.bias,
         d_k=config.key_size,
         d_v=config.value_size,
+        qk_norm=config.qk_norm,
     )
 
 

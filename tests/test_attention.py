@@ -833,3 +833,40 @@ def test_the_attention_module_is_importable_by_its_name():
     # No name the package exports is also the name of one of its modules.
     modules = {info.name for info in pkgutil.iter_modules(at.__path__)}
     assert modules & set(at.__all__) == set()
+
+
+# -- QK-norm: each head's queries and keys RMS-normalised before their dot product ----------------
+
+
+def test_qk_norm_is_attention_over_rms_normalised_queries_and_keys():
+    """Against a restatement in plain torch: project, split heads, F.rms_norm over d_k with the
+    learnt gains, softmax(q k^T / sqrt(d_k)) v, merge, W^O; both of the module's paths."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4, qk_norm=True).double().eval()
+    with torch.no_grad():  # gains away from 1, so that a missing gain shows
+        attention.q_norm.weight.uniform_(0.5, 2.0)
+        attention.k_norm.weight.uniform_(0.5, 2.0)
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    q, k, v = attention.qkv(x).split(16, dim=-1)
+    heads = [t.view(2, 5, 4, 4).transpose(1, 2) for t in (q, k, v)]  # [B, H, T, d_k]
+    q = F.rms_norm(heads[0], (4,), attention.q_norm.weight, 1e-5)
+    k = F.rms_norm(heads[1], (4,), attention.k_norm.weight, 1e-5)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)  # sqrt(d_k) = 2
+    expected = attention.out((weights @ heads[2]).transpose(1, 2).reshape(2, 5, 16))
+    for use_sdpa in (True, False):
+        attention.use_sdpa = use_sdpa
+        actual, _ = attention(x)
+        torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-10)
+    # and the norm bounds each logit: |q.k| / sqrt(d_k) <= |g_q| |g_k| sqrt(d_k), whatever x is
+    _, weights = attention(1e4 * x, need_weights=True)
+    assert torch.isfinite(weights).all()
+
+
+def test_qk_norm_off_has_no_parameters_and_on_adds_two_gains():
+    plain, normed = MultiHeadAttention(16, 4), MultiHeadAttention(16, 4, qk_norm=True)
+    assert plain.q_norm is None and plain.k_norm is None
+    extra = {name for name, _ in normed.named_parameters()} - {
+        name for name, _ in plain.named_parameters()
+    }
+    assert extra == {"q_norm.weight", "k_norm.weight"}
+    assert normed.q_norm.weight.shape == (4,)

@@ -376,3 +376,17 @@ def test_encoder_layer_refuses_memory_and_decoder_layer_needs_it():
         EncoderLayer(layer_config("pre")).double()(x, memory=x)
     with pytest.raises(ValueError, match="a DecoderLayer needs memory"):
         DecoderLayer(layer_config("pre")).double()(x)
+
+
+def test_relu_squared_is_the_square_of_relu_and_a_choice_of_the_feed_forward():
+    from annotated_transformer.layers import FeedForward, relu_squared
+
+    x = torch.linspace(-3, 3, 13)
+    torch.testing.assert_close(relu_squared(x), torch.clamp(x, min=0) ** 2)
+    torch.manual_seed(0)
+    layer = FeedForward(8, 16, 0.0, "relu2").eval()
+    y = torch.randn(2, 3, 8)
+    expected = layer.linear2(torch.clamp(layer.linear1(y), min=0) ** 2)
+    torch.testing.assert_close(layer(y), expected)
+    with pytest.raises(ValueError, match="relu, gelu, relu2"):
+        FeedForward(8, 16, 0.0, "swish")

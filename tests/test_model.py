@@ -918,3 +918,13 @@ def test_rotary_angles_are_computed_once_per_stack_call(arch, monkeypatch):
     logits_of(model, tokens, tokens)
     stacks = 2 if arch == "encoder-decoder" else 1
     assert len(calls) == stacks
+
+
+@pytest.mark.parametrize("arch", CAUSAL_ARCHS)
+def test_cached_decoding_matches_full_recomputation_with_qk_norm_and_relu_squared(arch):
+    """The keys are cached after their norm, and cross-attention's cached memory too."""
+    model = make_model(arch, positional="rope", qk_norm=True, activation="relu2")
+    tokens, src = random_tokens(3, 9, seed=9), random_tokens(3, 7, seed=10)
+    full = logits_of(model, tokens, src)
+    assert_exact(decode_in_chunks(model, tokens, [1] * 9, src), full)
+    assert_exact(decode_in_chunks(model, tokens, [4, 2, 1, 1, 1], src), full)
