@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-OPTIMIZER_CHOICES = ("adam", "adamw")
+OPTIMIZER_CHOICES = ("adam", "adamw", "muon")
 SCHEDULE_CHOICES = ("constant", "noam", "warmup_cosine")
 
 
@@ -207,6 +207,96 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [group for group in groups if group["params"]]
 
 
+def muon_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """``model``'s trainable parameters split for Muon: the weight matrices inside its stacks'
+    layers (attention's ``qkv`` and ``out``, the feed-forward's two linear maps), and the rest
+    (embeddings, the output projection, norms' gains, biases), which Muon's authors leave to
+    AdamW: an embedding row is a lookup, not a map whose singular values Muon evens out."""
+    hidden, others = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        inside = ".layers." in f".{name}"
+        (hidden if inside and parameter.ndim == 2 else others).append(parameter)
+    return hidden, others
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon (Jordan et al. 2024, ``torch.optim.Muon``: momentum, then the update's matrix
+    orthogonalised by five Newton-Schulz steps) for the hidden weight matrices of
+    :func:`muon_parameters`, AdamW for every other parameter: one optimizer to the trainer, its
+    schedulers and its checkpoints.
+
+    Muon's update is rescaled to the rms AdamW's would have (``adjust_lr_fn="match_rms_adamw"``,
+    Liu et al. 2025), so one learning rate and one weight decay serve both halves and a schedule
+    sets them alike: :attr:`param_groups` are the two inner optimizers' own groups.
+    ``state_dict()`` holds both halves' state."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        lr: float,
+        weight_decay: float,
+        betas: tuple[float, float],
+        eps: float,
+        momentum: float = 0.95,
+    ) -> None:
+        if not hasattr(torch.optim, "Muon"):
+            raise ValueError(
+                f"optimizer='muon' needs torch.optim.Muon (PyTorch 2.9 or newer); this is "
+                f"PyTorch {torch.__version__}: upgrade it, or use optimizer=adamw"
+            )
+        hidden, others = muon_parameters(model)
+        if not hidden:
+            raise ValueError("optimizer='muon': the model has no weight matrix inside a layer")
+        self.muon = torch.optim.Muon(
+            hidden,
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            adjust_lr_fn="match_rms_adamw",
+        )
+        groups = [
+            {"params": [p for p in others if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in others if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        groups = [group for group in groups if group["params"]]
+        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in others)
+        self.adamw = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+        super().__init__(hidden + others, {"lr": lr})
+        # the schedulers set the inner optimizers' own groups (the same dicts)
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None if closure is None else closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        halves = {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+        return {
+            "state": {name: half["state"] for name, half in halves.items()},
+            "param_groups": {name: half["param_groups"] for name, half in halves.items()},
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for name, half in (("muon", self.muon), ("adamw", self.adamw)):
+            half.load_state_dict(
+                {
+                    "state": state_dict["state"][name],
+                    "param_groups": state_dict["param_groups"][name],
+                }
+            )
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+
 def build_optimizer(
     model: nn.Module,
     name: str = "adamw",
@@ -215,13 +305,15 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
 ) -> torch.optim.Optimizer:
-    """Adam or AdamW over :func:`parameter_groups` of ``model``.
+    """Adam or AdamW over :func:`parameter_groups` of ``model``, or Muon with AdamW
+    (:class:`MuonAdamW`).
 
     Args:
         model: the module whose trainable parameters to optimise.
         name: one of :data:`OPTIMIZER_CHOICES`. ``adamw`` decays the weights directly
             (decoupled, Loshchilov & Hutter 2019); ``adam`` adds ``weight_decay * w`` to the
-            gradient (L2), which Adam then rescales per parameter.
+            gradient (L2), which Adam then rescales per parameter; ``muon``: Muon for the
+            layers' weight matrices, AdamW for the rest.
         lr: the learning rate; a scheduler from :func:`build_scheduler` replaces it.
         weight_decay: for the ``ndim >= 2`` parameters. The paper used Adam without decay:
             ``build_optimizer(model, "adam", weight_decay=0.0)``.
@@ -235,6 +327,8 @@ def build_optimizer(
         raise ValueError(f"optimizer={name!r} is not one of: {', '.join(OPTIMIZER_CHOICES)}")
     if weight_decay < 0:
         raise ValueError(f"build_optimizer: weight_decay must be >= 0, got {weight_decay}")
+    if name == "muon":
+        return MuonAdamW(model, lr=lr, weight_decay=weight_decay, betas=betas, eps=eps)
     groups = parameter_groups(model, weight_decay)
     optimizer_class = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
     parameters = [p for group in groups for p in group["params"]]

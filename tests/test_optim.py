@@ -279,8 +279,8 @@ def test_adamw_decays_the_weights_and_adam_with_zero_decay_does_not():
 
 
 def test_build_optimizer_rejects_unknown_names_listing_the_valid_ones():
-    assert OPTIMIZER_CHOICES == ("adam", "adamw")
-    with pytest.raises(ValueError, match=r"optimizer='sgd' is not one of: adam, adamw"):
+    assert OPTIMIZER_CHOICES == ("adam", "adamw", "muon")
+    with pytest.raises(ValueError, match=r"optimizer='sgd' is not one of: adam, adamw, muon"):
         build_optimizer(make_model(), "sgd")
     with pytest.raises(ValueError, match="weight_decay must be >= 0"):
         build_optimizer(make_model(), weight_decay=-0.1)
@@ -290,3 +290,68 @@ def test_noam_peak_for_the_base_model_is_about_7e_minus_4():
     # A number to recognise in chapter 06: d_model=512, warmup=4000.
     assert noam_lr(4000, 512, 4000) == pytest.approx(1 / math.sqrt(512 * 4000))
     assert noam_lr(4000, 512, 4000) == pytest.approx(6.99e-4, rel=1e-3)
+
+
+# -- Muon for the layers' matrices, AdamW for the rest -------------------------------------------
+
+
+def small_transformer() -> nn.Module:
+    import annotated_transformer as at
+
+    torch.manual_seed(0)
+    config = at.TransformerConfig(
+        arch="decoder-only", vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16, pad_id=None
+    )
+    return at.build_model(config)
+
+
+def test_muon_takes_the_layers_weight_matrices_and_leaves_the_rest_to_adamw():
+    from annotated_transformer.optim import muon_parameters
+
+    model = small_transformer()
+    hidden, others = muon_parameters(model)
+    names = {id(p): name for name, p in model.named_parameters()}
+    assert hidden and all(".layers." in f".{names[id(p)]}" and p.ndim == 2 for p in hidden)
+    assert {names[id(p)].rsplit(".", 2)[-2] for p in hidden} == {"qkv", "out", "linear1", "linear2"}
+    assert all(
+        "embedding" in names[id(p)] or p.ndim < 2 or "layers" not in names[id(p)] for p in others
+    )
+    assert len(hidden) + len(others) == len(list(model.parameters()))
+
+
+def test_muon_adamw_updates_as_torchs_muon_and_adamw_side_by_side():
+    """One update of the combined optimizer against torch.optim.Muon on the hidden matrices and
+    torch.optim.AdamW on the rest, from the same weights and gradients."""
+    from annotated_transformer.optim import MuonAdamW, muon_parameters
+
+    torch.manual_seed(0)
+    ours, theirs = small_transformer(), small_transformer()
+    theirs.load_state_dict(ours.state_dict())
+    optimizer = build_optimizer(ours, "muon", lr=0.02, weight_decay=0.1)
+    assert isinstance(optimizer, MuonAdamW)
+    hidden, others = muon_parameters(theirs)
+    muon = torch.optim.Muon(hidden, lr=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW(
+        [
+            {"params": [p for p in others if p.ndim >= 2], "weight_decay": 0.1},
+            {"params": [p for p in others if p.ndim < 2], "weight_decay": 0.0},
+        ],
+        lr=0.02,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+    )
+    for _ in range(3):
+        for model in (ours, theirs):
+            for parameter in model.parameters():
+                parameter.grad = torch.ones_like(parameter) * 0.01 + 0.001 * parameter.detach()
+        optimizer.step()
+        muon.step()
+        adamw.step()
+    for (name, mine), other in zip(
+        ours.state_dict().items(), theirs.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(mine, other, msg=name)
+    # a schedule sets both halves: the groups are the inner optimizers' own
+    for group in optimizer.param_groups:
+        group["lr"] = 0.5
+    assert optimizer.muon.param_groups[0]["lr"] == optimizer.adamw.param_groups[0]["lr"] == 0.5

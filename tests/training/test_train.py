@@ -207,11 +207,13 @@ def test_evaluate_matches_cross_entropy_and_accuracy_over_all_tokens():
 # The loop
 
 
-def test_resuming_continues_exactly_as_a_run_never_interrupted(tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resuming_continues_exactly_as_a_run_never_interrupted(tmp_path, optimizer):
     # Dropout on, so the random state matters; 5 batches per epoch, so the data order crosses
-    # epochs; accumulation 2, so the data position is not the step.
+    # epochs; accumulation 2, so the data position is not the step. Muon: both halves' state.
     def trainer(directory, source):
         config = quiet_config(
+            optimizer=optimizer,
             max_steps=8,
             accumulation=2,
             save_every=3,
