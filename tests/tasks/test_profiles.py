@@ -9,6 +9,7 @@ from annotated_transformer import ablation as ab
 from annotated_transformer.results.experiments import (
     ResultsStore,
     is_leak_twin,
+    is_masked_lm,
     run_key,
     run_or_load,
 )
@@ -73,9 +74,13 @@ def test_every_stored_chapter_08_record_loads_and_is_found_by_the_chapters_looku
         assert store.load(record["key"]) == record
         assert record["key"] == run_key(record["config"])
         # chapter 08's stored_real_run: find(task=<the typed name>); its twin lookup asks for
-        # the leak twin, which find leaves out otherwise
+        # the leak twin and its ladder for the masked model, which find leaves out otherwise
         typed = "tinyshakespeare" if record["config"]["task"] == "shakespeare" else None
-        found = store.find(task=typed or record["config"]["task"], leak_twins=is_leak_twin(record))
+        found = store.find(
+            task=typed or record["config"]["task"],
+            leak_twins=is_leak_twin(record),
+            masked=is_masked_lm(record),
+        )
         assert record["key"] in [r["key"] for r in found]
     attention = {path.stem for path in (RESULTS / "attention").glob("*.json")}
     assert attention and all(store.load_attention(key) for key in attention)
