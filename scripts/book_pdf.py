@@ -30,6 +30,9 @@ TYPESET = (
 )
 
 
+PAGE_TIMEOUT_MS = 180_000  # per page: loading, settling, printing
+
+
 def toc_pages(toc: Path = ROOT / "_toc.yml") -> list[str]:
     """The HTML page of every document in ``toc``, root first (:mod:`annotated_transformer.book.toc`)."""
     return book_toc.toc_pages(toc)
@@ -59,6 +62,9 @@ def print_pages(site: Path, pages: list[str], folder: Path) -> list[tuple[str, P
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
             page = browser.new_page()
+            # A loaded machine (the test suite beside it) can take longer than Playwright's 30 s
+            # for a long chapter's scripts to settle; a page that never settles still fails.
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
             for index, name in enumerate(pages):
                 page.goto(base + name, wait_until="load")
                 page.wait_for_load_state("networkidle")
