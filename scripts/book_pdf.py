@@ -66,9 +66,11 @@ def print_pages(site: Path, pages: list[str], folder: Path) -> list[tuple[str, P
             # for a long chapter's scripts to settle; a page that never settles still fails.
             page.set_default_timeout(PAGE_TIMEOUT_MS)
             for index, name in enumerate(pages):
+                # "load": the page's scripts, styles and images; then MathJax's typesetting and
+                # the fonts. Not "networkidle", which a long-lived request can hold off for ever.
                 page.goto(base + name, wait_until="load")
-                page.wait_for_load_state("networkidle")
                 page.evaluate(TYPESET)
+                page.evaluate("async () => { await document.fonts.ready; }")
                 path = folder / f"{index:03d}.pdf"
                 page.pdf(path=str(path), format="A4", print_background=True,
                          margin={"top": "12mm", "bottom": "12mm", "left": "10mm", "right": "10mm"})  # fmt: skip
