@@ -857,9 +857,6 @@ def test_qk_norm_is_attention_over_rms_normalised_queries_and_keys():
         attention.use_sdpa = use_sdpa
         actual, _ = attention(x)
         torch.testing.assert_close(actual, expected, rtol=1e-10, atol=1e-10)
-    # and the norm bounds each logit: |q.k| / sqrt(d_k) <= |g_q| |g_k| sqrt(d_k), whatever x is
-    _, weights = attention(1e4 * x, need_weights=True)
-    assert torch.isfinite(weights).all()
 
 
 def test_qk_norm_off_has_no_parameters_and_on_adds_two_gains():
