@@ -550,3 +550,82 @@ def exhaustive_best(
         visit([], 0.0)
     model.train(was_training)
     return torch.tensor(best[1]), best[0]
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """What :func:`exact_search` found for one input."""
+
+    tokens: Tensor  # [n]: the best continuation, ``eos_id`` included when it ends
+    score: float  # its length-normalised log probability
+    expansions: int  # prefixes scored (one forward pass each)
+    proven: bool  # False: stopped at ``max_expansions``, the best found so far (a lower bound)
+
+
+def exact_search(
+    model: nn.Module,
+    *,
+    src: Tensor | None = None,
+    prompt: Tensor | None = None,
+    max_new_tokens: int,
+    alpha: float = 0.0,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    lower_bound: float = -math.inf,
+    max_expansions: int | None = None,
+) -> ExactResult:
+    """The best continuation of one input, found exactly by depth-first branch and bound.
+
+    Scores as :func:`beam_search` and :func:`exhaustive_best` do (it returns the same score as the
+    latter), but prunes: a prefix with log probability ``s <= 0`` can at best finish at
+    ``s / length_penalty(max_new_tokens, alpha)`` (log probabilities only fall; the penalty only
+    grows with length), so a prefix whose bound does not beat the best sequence found so far is
+    not extended. Children are tried most probable first, so the first dive is greedy's output
+    and every later one prunes against it. ``lower_bound``: a score already reached (a beam's
+    output), pruning from the start; if nothing beats it the result holds no tokens and
+    ``score == lower_bound``. This is the exact search with which Stahlberg & Byrne (2019) found
+    the empty translation to be a Transformer's most probable output for most of a WMT test set.
+
+    ``max_expansions``: stop after that many forward passes and return the best found, with
+    ``proven=False`` (the true optimum may be better). The model runs on the whole prefix at every
+    expansion (no cache), the source encoded once.
+    """
+    _check_count("max_new_tokens", max_new_tokens)
+    check_length_penalty(alpha)
+    if max_expansions is not None:
+        _check_count("max_expansions", max_expansions)
+    start = _start(model, src, prompt, bos_id)  # [1, T_0]
+    if start.size(0) != 1:
+        raise ValueError("exact_search takes one input (batch size 1)")
+    was_training = model.training
+    model.eval()
+    ceiling = length_penalty(max_new_tokens, alpha)  # the largest penalty any sequence gets
+    best_score, best_tokens = lower_bound, None
+    expansions, proven = 0, True
+    with torch.no_grad():
+        step = _Stepper(model, src, use_cache=False, window=None)
+
+        def visit(prefix: list[int], total: float) -> None:
+            nonlocal best_score, best_tokens, expansions, proven
+            if max_expansions is not None and expansions >= max_expansions:
+                proven = False
+                return
+            expansions += 1
+            sequence = torch.cat([start, start.new_tensor([prefix])], 1) if prefix else start
+            log_probs = step(sequence)[0].float().log_softmax(-1)  # [V]
+            values, order = log_probs.sort(descending=True)  # [V], [V]
+            for value, token in zip(values.tolist(), order.tolist(), strict=True):
+                extended, new_total = [*prefix, token], total + value
+                if new_total / ceiling <= best_score:
+                    break  # this child cannot win, and every later one is less probable
+                if (eos_id is not None and token == eos_id) or len(extended) == max_new_tokens:
+                    score = new_total / length_penalty(len(extended), alpha)
+                    if score > best_score:
+                        best_score, best_tokens = score, extended
+                else:
+                    visit(extended, new_total)
+
+        visit([], 0.0)
+    model.train(was_training)
+    tokens = torch.tensor(best_tokens if best_tokens is not None else [], dtype=torch.long)
+    return ExactResult(tokens, best_score, expansions, proven)

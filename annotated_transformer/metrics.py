@@ -56,6 +56,7 @@ class Score:
     name: str
     score: float
     signature: str
+    length_ratio: float | None = None  # BLEU's hypothesis / reference length (tokenized)
 
     def __str__(self) -> str:
         return f"{self.name} = {self.score:.2f}  ({self.signature})"
@@ -78,7 +79,8 @@ def corpus_bleu(
     _check_parallel(hypotheses, references)
     metric = BLEU(tokenize=tokenize, lowercase=lowercase)
     result = metric.corpus_score(list(hypotheses), [list(references)])
-    return Score("BLEU", result.score, str(metric.get_signature()))
+    ratio = result.sys_len / result.ref_len if result.ref_len else None
+    return Score("BLEU", result.score, str(metric.get_signature()), ratio)
 
 
 def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:

@@ -11,6 +11,7 @@ from conftest import tiny_model
 from annotated_transformer.decode import (
     beam_search,
     decoding_bytes,
+    exact_search,
     exhaustive_best,
     filter_logits,
     greedy_decode,
@@ -74,6 +75,46 @@ def test_beam_search_finds_the_exhaustive_optimum(arch, seed):
     begin = start_length(arch)
     assert result.tokens[0, begin : begin + best.numel()].tolist() == best.tolist()
     assert result.scores[0].item() == pytest.approx(best_score, abs=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_exact_search_finds_the_exhaustive_optimum_with_fewer_forward_passes(arch, alpha):
+    """Branch and bound against brute force, on models sharp enough to make pruning pay and flat
+    enough (sharpen 1.0) for greedy to miss the optimum of some of them."""
+    pruned = 0
+    for seed in range(8):
+        model = sharp_model(arch, seed, sharpen=1.0 + 0.25 * (seed % 3))
+        best, best_score = exhaustive_best(
+            model, VOCAB, max_new_tokens=4, eos_id=EOS, alpha=alpha, **inputs(arch)
+        )
+        found = exact_search(model, max_new_tokens=4, eos_id=EOS, alpha=alpha, **inputs(arch))
+        assert found.proven
+        assert found.score == pytest.approx(best_score, abs=1e-5)
+        assert found.tokens.tolist() == best.tolist()
+        everything = sum((VOCAB - 1) ** n for n in range(4))  # every prefix brute force scores
+        assert found.expansions <= everything
+        pruned += found.expansions < everything
+    assert pruned >= 6  # the bound prunes for (nearly) every model
+
+
+def test_exact_search_stops_at_its_budget_and_starts_from_a_lower_bound():
+    model = sharp_model("encoder-decoder", 3, sharpen=1.0)
+    arguments = {"max_new_tokens": 4, "eos_id": EOS, "alpha": 0.0, **inputs("encoder-decoder")}
+    full = exact_search(model, **arguments)
+    assert full.proven and full.expansions > 3
+    cut = exact_search(model, max_expansions=3, **arguments)
+    assert not cut.proven and cut.expansions == 3 and cut.score <= full.score
+    # a bound no sequence beats: nothing is returned, and the bound stands
+    above = exact_search(model, lower_bound=full.score + 1e-3, **arguments)
+    assert above.proven and above.tokens.numel() == 0 and above.score == full.score + 1e-3
+    # a bound just below the optimum (a beam's output, say) still finds it, with fewer passes
+    below = exact_search(model, lower_bound=full.score - 1e-3, **arguments)
+    assert below.tokens.tolist() == full.tokens.tolist() and below.expansions <= full.expansions
+    with pytest.raises(ValueError, match="one input"):
+        exact_search(model, max_new_tokens=4, eos_id=EOS, **inputs("encoder-decoder", batch=2))
+    with pytest.raises(ValueError, match="max_expansions"):
+        exact_search(model, max_expansions=0, **arguments)
 
 
 def test_a_beam_one_slot_short_of_exhaustive_skips_an_ending_candidate_ranked_last():

@@ -46,6 +46,9 @@ def test_bleu_equals_sacrebleu_and_reports_its_signature():
     assert ours.score == pytest.approx(reference.score, abs=1e-9)
     assert "tok:13a" in ours.signature and "case:mixed" in ours.signature
     assert "version:" in ours.signature
+    # the length ratio behind BLEU's brevity penalty, as sacrebleu prints it ("ratio = ...")
+    assert ours.length_ratio == pytest.approx(reference.sys_len / reference.ref_len)
+    assert f"ratio = {ours.length_ratio:.3f}" in str(reference)
 
 
 def test_lowercased_bleu_equals_sacrebleu_lowercase():

@@ -5,6 +5,8 @@
     experiments.py    the results store: records with provenance, keyed by their config
     pretrained.py     trained models as safetensors + JSON, loaded with no pickle
     evaluation.py     translate held-out splits (one budget), score_translations (BLEU/chrF)
+    masked_lm.py      a masked language model read at the masked words and at every word
+    decoding.py       chapter 12's study: BLEU against beam and alpha, search errors
 
 It may import the training and tasks wings; nothing below it imports it.
 """
