@@ -25,12 +25,14 @@ Tokens are stored as the text of each piece (``" Zwei"``, ``"\\n"``, ``"</s>"``)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .attention import MultiHeadAttention
 from .decode import greedy_decode
 from .results.evaluation import decoding_budget, generated_ids
 from .tasks.task_options import TaskInfo
@@ -443,3 +445,108 @@ def head_scores(maps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         | {name: sum(values) / len(values) for name, values in row.items()}
         for (stack, layer, head), row in sums.items()
     ]
+
+
+# -- causal tests: a head zeroed, and induction ---------------------------------------------
+
+
+def attention_modules(model: nn.Module) -> dict[tuple[str, int], MultiHeadAttention]:
+    """Every attention of ``model`` by (stack, layer), the stacks named as the maps name them:
+    ``encoder`` and ``decoder`` for self-attention, ``cross`` for the decoder's cross-attention."""
+    found = {}
+    for name, module in model.named_modules():
+        if isinstance(module, MultiHeadAttention):
+            stack, _, layer, kind = name.split(".")  # e.g. decoder.layers.0.cross_attention
+            found["cross" if kind == "cross_attention" else stack, int(layer)] = module
+    return found
+
+
+@contextmanager
+def heads_zeroed(attention: MultiHeadAttention, heads: Iterable[int]) -> Iterator[None]:
+    """Inside the block, each head in ``heads`` of ``attention`` outputs zero: its slice of the
+    concatenated heads ``[B, T, H·d_v]`` is zeroed before ``W^O``, as if its value vectors were
+    all zero (the head masks of Michel et al. 2019). The model is unchanged on leaving."""
+    heads = sorted(set(heads))
+    if any(not 0 <= head < attention.n_heads for head in heads):
+        raise ValueError(f"heads={heads}: this attention has heads 0 to {attention.n_heads - 1}")
+    width = attention.d_v
+
+    def zero(module: nn.Module, inputs: tuple[Tensor]) -> tuple[Tensor]:
+        merged = inputs[0].clone()  # [B, T, H·d_v]
+        for head in heads:
+            merged[..., head * width : (head + 1) * width] = 0
+        return (merged,)
+
+    handle = attention.out.register_forward_pre_hook(zero)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def head_ablation(model: nn.Module, measure: Callable[[], float]) -> list[dict[str, Any]]:
+    """``measure()`` (a held-out loss, say) with each head of ``model`` zeroed in turn
+    (:func:`heads_zeroed`): one row per stack, layer and head, with ``value`` and ``change``
+    (``value`` minus the intact model's ``measure()``, so positive when the head mattered for a
+    loss)."""
+    intact = measure()
+    rows = []
+    for (stack, layer), attention in attention_modules(model).items():
+        for head in range(attention.n_heads):
+            with heads_zeroed(attention, [head]):
+                value = measure()
+            rows.append(
+                {"stack": stack, "layer": layer, "head": head, "value": value,
+                 "change": value - intact}
+            )  # fmt: skip
+    return rows
+
+
+def repeated_random_tokens(
+    vocab_size: int, length: int, batch: int, seed: int = 0, low: int = 0
+) -> Tensor:
+    """``[batch, 2·length]``: ``length`` uniformly random tokens from ``low`` to ``vocab_size -
+    1``, then the same ``length`` again. After the first copy, a model that finds the earlier
+    occurrence of the current token and predicts what followed it (an *induction head*, Olsson
+    et al. 2022) can predict the whole second copy; nothing else in the sequence can."""
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randint(low, vocab_size, (batch, length), generator=generator)  # [B, n]
+    return torch.cat([first, first], dim=1)  # [B, 2n]
+
+
+@torch.no_grad()
+def prefix_matching_scores(model: nn.Module, tokens: Tensor, length: int) -> Tensor:
+    """``[L, H]``: each decoder head's mean weight, from every query ``t`` of the second copy of
+    :func:`repeated_random_tokens`, on key ``t - length + 1``: the token that followed the earlier
+    occurrence of token ``t`` (Olsson et al.'s prefix-matching score). Uniform causal attention
+    scores :func:`uniform_prefix_matching`."""
+    was_training = model.training
+    model.eval()
+    _, maps = model(tokens.to(_device(model)), return_attention=True)
+    model.train(was_training)
+    weights = torch.stack(maps["decoder"]).float().cpu()  # [L, B, H, 2n, 2n]
+    queries = torch.arange(length, 2 * length)  # [n]: the second copy
+    return weights[..., queries, queries - length + 1].mean(dim=(1, -1))  # [L, H]
+
+
+def uniform_prefix_matching(length: int) -> float:
+    """What uniform causal attention scores in :func:`prefix_matching_scores`: query ``t`` sees
+    ``t + 1`` keys, so ``1 / (t + 1)`` averaged over the second copy's queries."""
+    return sum(1 / (t + 1) for t in range(length, 2 * length)) / length
+
+
+@torch.no_grad()
+def copy_losses(model: nn.Module, tokens: Tensor, length: int) -> tuple[float, float]:
+    """The mean next-token loss (nats) over the first copy and over the second copy of
+    :func:`repeated_random_tokens`: random tokens cost about ``log V`` in the first; a model that
+    copies in context pays far less in the second. The second copy's first token is left out
+    (what precedes it says nothing about it), so both means cover ``length - 1`` predictions."""
+    was_training = model.training
+    model.eval()
+    tokens = tokens.to(_device(model))
+    logits = model(tokens[:, :-1]).float()  # [B, 2n - 1, V]
+    model.train(was_training)
+    losses = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # [B, 2n - 1]: the loss of predicting token t + 1
+    return losses[:, : length - 1].mean().item(), losses[:, length:].mean().item()

@@ -357,3 +357,81 @@ def test_uniform_map_is_the_baseline_of_each_measure():
     assert baseline[("cross", 0, 0)]["entropy"] == pytest.approx(math.log(6))
     for row in baseline.values():
         assert row["entropy"] == pytest.approx(row["max_entropy"])
+
+
+# -- heads zeroed, induction ----------------------------------------------------------------
+
+
+def test_zeroing_a_head_is_zeroing_its_columns_of_w_o_and_leaves_the_model_as_it_was():
+    from annotated_transformer.attention_maps import attention_modules, heads_zeroed
+
+    model = tiny_model("encoder-decoder", 0, n_heads=4).eval()
+    src, tgt = torch.tensor([[5, 6, 7, 8]]), torch.tensor([[1, 9, 10]])
+    modules = attention_modules(model)
+    assert {stack for stack, _ in modules} == {"encoder", "decoder", "cross"}
+    assert modules["cross", 0] is model.decoder.layers[0].cross_attention
+    intact = model(src, tgt)
+    attention = modules["cross", 0]
+    width = attention.d_v
+    with heads_zeroed(attention, [2]):
+        zeroed = model(src, tgt)
+    # the reference: the same head removed by editing W^O's weights
+    edited = tiny_model("encoder-decoder", 0, n_heads=4).eval()
+    with torch.no_grad():
+        edited.decoder.layers[0].cross_attention.out.weight[:, 2 * width : 3 * width] = 0
+    torch.testing.assert_close(zeroed, edited(src, tgt))
+    assert not torch.allclose(zeroed, intact)
+    torch.testing.assert_close(model(src, tgt), intact)  # the hook is gone
+    with pytest.raises(ValueError, match="heads 0 to 3"):
+        with heads_zeroed(attention, [4]):
+            pass
+
+
+def test_head_ablation_reports_no_change_for_a_head_that_writes_nothing():
+    from annotated_transformer.attention_maps import head_ablation
+
+    model = tiny_model("decoder-only", 1, n_heads=2).eval()
+    tokens = torch.tensor([[3, 4, 5, 6, 7, 3, 4]])
+    with torch.no_grad():  # head 1 of layer 0 writes nothing already
+        attention = model.decoder.layers[0].self_attention
+        attention.out.weight[:, attention.d_v :] = 0
+
+    def loss():
+        with torch.no_grad():
+            logits = model(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[0, 1:]).item()
+
+    rows = head_ablation(model, loss)
+    assert len(rows) == model.config.n_layers * 2
+    by_head = {(r["stack"], r["layer"], r["head"]): r for r in rows}
+    assert by_head["decoder", 0, 1]["change"] == pytest.approx(0.0, abs=1e-7)
+    assert abs(by_head["decoder", 0, 0]["change"]) > 1e-4
+
+
+def test_prefix_matching_reads_the_key_after_the_earlier_occurrence():
+    from annotated_transformer.attention_maps import (
+        copy_losses,
+        prefix_matching_scores,
+        repeated_random_tokens,
+        uniform_prefix_matching,
+    )
+
+    tokens = repeated_random_tokens(20, 6, batch=3, seed=4)
+    assert tokens.shape == (3, 12) and torch.equal(tokens[:, :6], tokens[:, 6:])
+    model = tiny_model("decoder-only", 2, n_heads=2, vocab_size=20).eval()
+    scores = prefix_matching_scores(model, tokens, 6)  # [L, H]
+    with torch.no_grad():
+        _, maps = model(tokens, return_attention=True)
+    for layer, weights in enumerate(maps["decoder"]):  # [B, H, 12, 12]
+        for head in range(2):
+            by_hand = sum(weights[b, head, t, t - 5].item() for b in range(3) for t in range(6, 12))
+            assert scores[layer, head].item() == pytest.approx(by_hand / 18, abs=1e-6)
+    assert uniform_prefix_matching(6) == pytest.approx(sum(1 / t for t in range(7, 13)) / 6)
+    first, second = copy_losses(model, tokens, 6)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+    losses = torch.nn.functional.cross_entropy(
+        logits.transpose(1, 2), tokens[:, 1:], reduction="none"
+    )
+    assert first == pytest.approx(losses[:, :5].mean().item())
+    assert second == pytest.approx(losses[:, 6:].mean().item())

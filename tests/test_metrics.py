@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from annotated_transformer.metrics import (
+    bleu_difference,
     bleu_interval,
     corpus_bleu,
     corpus_chrf,
@@ -150,6 +151,32 @@ def test_bleu_interval_refuses_a_seed_sacrebleu_would_ignore():
         bleu_interval(HYPOTHESES, REFERENCES, seed=0)
     with pytest.raises(ValueError, match="resamples=0 is not accepted: use an integer >= 1"):
         bleu_interval(HYPOTHESES, REFERENCES, resamples=0)
+
+
+def test_bleu_difference_resamples_whole_corpora_as_sacrebleu_scores_them():
+    references = REFERENCES * 10
+    weak = ["a man ." if i % 2 else h for i, h in enumerate(HYPOTHESES * 10)]
+    strong = HYPOTHESES * 10
+    found = bleu_difference(weak, strong, references, resamples=200, seed=7)
+    assert found.estimate == pytest.approx(
+        sacrebleu.corpus_bleu(strong, [references]).score
+        - sacrebleu.corpus_bleu(weak, [references]).score
+    )
+    # the reference: each resample's two corpora scored from scratch by sacrebleu
+    rows = np.random.default_rng(7).choice(len(references), (200, len(references)))
+
+    def score(texts, picked):
+        chosen = [texts[i] for i in picked]
+        return sacrebleu.corpus_bleu(chosen, [[references[i] for i in picked]]).score
+
+    differences = [score(strong, picked) - score(weak, picked) for picked in rows]
+    low, high = np.percentile(differences, [2.5, 97.5])
+    assert (found.low, found.high) == pytest.approx((low, high), abs=1e-6)
+    assert 0 < found.low < found.estimate < found.high  # half the sentences cut: beyond noise
+    swapped = bleu_difference(strong, weak, references, resamples=200, seed=7)
+    assert (swapped.low, swapped.high) == pytest.approx((-found.high, -found.low))
+    same = bleu_difference(strong, strong, references, resamples=50)
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)
 
 
 def test_paired_bleu_is_sacrebleus_paired_bootstrap():

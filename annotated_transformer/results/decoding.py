@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from ..data.batch import Batch
 from ..decode import beam_search, exact_search
-from ..metrics import corpus_bleu, corpus_chrf
+from ..metrics import bleu_difference, corpus_bleu, corpus_chrf
 from ..tasks.task_options import TaskInfo
 from .evaluation import decoding_budget, translate
 from .experiments import ResultsStore, run_or_load
@@ -57,6 +57,9 @@ class DecodingStudy:
         return {"experiment": "decoding", "task": task, **fields}
 
 
+PAPER = (4, 0.6)  # Vaswani et al.'s beam and alpha (their §6.1), chapter 08's setting
+
+
 def beam_grid(
     model: nn.Module,
     batches: Sequence[Batch],
@@ -66,16 +69,21 @@ def beam_grid(
     beams: Iterable[int],
     alphas: Iterable[float],
     log: Callable[[str], None] | None = None,
+    resamples: int = 1000,
 ) -> list[dict[str, Any]]:
     """One row per (beam, alpha): ``bleu``, ``chrf``, ``length_ratio`` (BLEU's, hypothesis over
-    reference tokens), ``seconds``. Beam 1 is greedy, scored once with ``alpha`` None."""
-    rows = []
+    reference tokens), ``seconds``, and ``vs_greedy`` / ``vs_paper``: the BLEU difference from
+    greedy and from :data:`PAPER`'s cell (when in the grid) as ``[difference, low, high]``, a
+    paired bootstrap 95% interval over the same sentences (:func:`~..metrics.bleu_difference`).
+    Beam 1 is greedy, scored once with ``alpha`` None."""
+    rows, outputs = [], {}
     for beam in beams:
         for alpha in [None] if beam == 1 else alphas:
             started = time.perf_counter()
             hypotheses = translate(
                 model, batches, tokenizer, info, beam_size=beam, alpha=alpha or 0.0
             )
+            outputs[beam, alpha] = hypotheses
             bleu = corpus_bleu(hypotheses, references[: len(hypotheses)])
             chrf = corpus_chrf(hypotheses, references[: len(hypotheses)])
             rows.append(
@@ -93,6 +101,15 @@ def beam_grid(
                 log(
                     f"beam {beam}, alpha {alpha}: BLEU {bleu.score:.2f} ({rows[-1]['seconds']:.0f} s)"
                 )
+    for name, base in (("vs_greedy", (1, None)), ("vs_paper", PAPER)):
+        if base not in outputs:
+            continue
+        for row in rows:
+            system = outputs[row["beam"], row["alpha"]]
+            found = bleu_difference(
+                outputs[base], system, references[: len(system)], resamples=resamples
+            )
+            row[name] = [found.estimate, found.low, found.high]
     return rows
 
 
@@ -274,3 +291,8 @@ def search_summary(record: dict[str, Any]) -> dict[str, SearchCount]:
         beaten = sum(row["empty"] > row["beam_scores"][beam] + TOLERANCE for row in rows)
         counts[f"empty beats beam {beam}"] = _count(beaten, len(rows))
     return counts
+
+
+def format_count(count: SearchCount) -> str:
+    """``12 / 180 (4–11 %)``: the count, the sentences, and the 95% interval of the fraction."""
+    return f"{count.count} / {count.sentences} ({100 * count.low:.0f}–{100 * count.high:.0f} %)"

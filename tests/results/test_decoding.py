@@ -38,8 +38,15 @@ REFERENCES = ["a b c", "d a", "b"]
 
 def test_the_grid_scores_greedy_once_and_each_beam_at_each_alpha():
     translator = model(0, sharpen=1.5)
-    rows = decoding.beam_grid(translator, BATCHES, Words(), INFO, REFERENCES, (1, 3), (0.0, 1.5))
+    rows = decoding.beam_grid(
+        translator, BATCHES, Words(), INFO, REFERENCES, (1, 3), (0.0, 1.5), resamples=20
+    )
     assert [(row["beam"], row["alpha"]) for row in rows] == [(1, None), (3, 0.0), (3, 1.5)]
+    assert rows[0]["vs_greedy"] == [0.0, 0.0, 0.0]  # greedy against itself
+    for row in rows:
+        assert row["vs_greedy"][0] == pytest.approx(row["bleu"] - rows[0]["bleu"])
+        assert row["vs_greedy"][1] <= row["vs_greedy"][2]
+        assert "vs_paper" not in row  # beam 4, alpha 0.6 is not in this grid
 
     def text(row):
         ids = row[1:].tolist()
@@ -115,3 +122,6 @@ def test_the_grid_table_puts_greedy_in_every_column_and_the_summary_counts_misse
     assert counts["empty beats beam 2"].count == 2 and counts["empty beats beam 2"].sentences == 3
     low, high = counts["errors 2"].low, counts["errors 2"].high
     assert 0 < low < 0.5 < high < 1  # Wilson's interval of 1 in 2
+    assert decoding.format_count(counts["errors 2"]) == (
+        f"1 / 2 ({100 * low:.0f}–{100 * high:.0f} %)"
+    )
