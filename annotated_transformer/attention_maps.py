@@ -550,3 +550,25 @@ def copy_losses(model: nn.Module, tokens: Tensor, length: int) -> tuple[float, f
         logits.transpose(1, 2), tokens[:, 1:], reduction="none"
     )  # [B, 2n - 1]: the loss of predicting token t + 1
     return losses[:, : length - 1].mean().item(), losses[:, length:].mean().item()
+
+
+def train_on_repeats(
+    model: nn.Module, steps: int, length: int, batch: int = 64, lr: float = 3e-3
+) -> list[float]:
+    """Train ``model`` (decoder-only) for ``steps`` AdamW updates on fresh
+    :func:`repeated_random_tokens` each step (seeds 0, 1, ...): the task on which Olsson et al.
+    watch induction heads form. Returns the training loss of each update."""
+    vocab = model.config.vocab_size
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        tokens = repeated_random_tokens(vocab, length, batch, seed=step)  # [B, 2n]
+        logits = model(tokens[:, :-1])  # [B, 2n - 1, V]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
