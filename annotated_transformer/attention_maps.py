@@ -572,3 +572,24 @@ def train_on_repeats(
         losses.append(loss.item())
     model.eval()
     return losses
+
+
+def induction_rule(tokens: Tensor, context: int = 3) -> tuple[Tensor, Tensor]:
+    """What copying would predict in a text: at each position ``t`` of each row, find the latest
+    earlier position ``j < t`` whose last ``context`` tokens equal those ending at ``t``, and
+    predict that token ``t + 1`` is token ``j + 1`` (an induction head's rule, by lookup).
+
+    Returns ``found`` and ``right``, both ``[B, T - 1]`` booleans for the predictions of tokens
+    ``1 .. T - 1``: whether an earlier occurrence exists in the row, and whether the rule then
+    predicts the next token correctly (False where none was found)."""
+    batch, length = tokens.shape
+    found = torch.zeros(batch, length - 1, dtype=torch.bool)
+    right = torch.zeros(batch, length - 1, dtype=torch.bool)
+    for b, row in enumerate(tokens.tolist()):
+        for t in range(context - 1, length - 1):
+            tail = row[t - context + 1 : t + 1]
+            for j in range(t - 1, context - 2, -1):
+                if row[j - context + 1 : j + 1] == tail:
+                    found[b, t], right[b, t] = True, row[j + 1] == row[t + 1]
+                    break
+    return found, right

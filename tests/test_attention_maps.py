@@ -465,3 +465,17 @@ def test_a_two_layer_model_trained_on_repeats_learns_induction_and_the_measures_
     assert before[1] > 3.0 and first > 3.0  # log 32 = 3.47: random tokens stay random
     assert second < 0.5  # ... but the second copy is read off the first
     assert prefix_matching_scores(model, held_out, 16).max() > 8 * uniform_prefix_matching(16)
+
+
+def test_the_induction_rule_predicts_what_followed_the_latest_earlier_occurrence():
+    from annotated_transformer.attention_maps import induction_rule
+
+    #                        0  1  2  3  4  5  6  7  8
+    tokens = torch.tensor([[1, 2, 3, 1, 2, 4, 1, 2, 4]])
+    found, right = induction_rule(tokens, context=2)
+    # position 4 ends in (1, 2), seen ending at 1: predicts 3, the text has 4
+    # position 7 ends in (1, 2), latest earlier at 4: predicts 4, right
+    assert found[0].nonzero().flatten().tolist() == [4, 7]
+    assert right[0].nonzero().flatten().tolist() == [7]
+    found, _ = induction_rule(tokens, context=3)  # (1, 2, 4) ends at 5 and at 8, the last token
+    assert not found.any()  # ... which predicts nothing: no three-token tail recurs before it

@@ -134,6 +134,7 @@ from .vaswani import (  # noqa: F401
     vaswani_comparison,
 )
 from .verdicts import (  # noqa: F401
+    BASE_CHOICES,
     CLAIMS,
     COST_RATIO,
     FACTORIAL_REPORT,
@@ -148,6 +149,7 @@ from .verdicts import (  # noqa: F401
     at_trivial_level,
     balanced_runs,
     check_claims,
+    choices_on_splits,
     cost_sentence,
     counted,
     difference_interval,

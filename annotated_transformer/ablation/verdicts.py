@@ -31,6 +31,7 @@ from .statistics import (
     summarize,
     usable_runs,
     variant_values,
+    welch_test,
 )
 from .studies import PLAN, PLANNED_SEEDS, STUDIES, TASKS, plan_seeds, task_kind
 
@@ -919,4 +920,40 @@ def check_claims(
                     "verdict": "not stored",
                 }
             )
+    return rows
+
+
+# The ablation base's two choices, each (what was chosen, the base cell, the other cell), as
+# scripts/validation_reread.py trained them again with validation BLEU (results/ablation-valid/).
+BASE_CHOICES = (
+    ("token vectors at rms 1, on the rotary base", "rope, by init", "rope, rms 1"),
+    ("ALiBi instead of rotary positions", "rope, by init", "alibi"),
+)
+
+
+def choices_on_splits(
+    records: Iterable[dict[str, Any]], choices: Sequence[tuple[str, str, str]] = BASE_CHOICES
+) -> list[dict[str, Any]]:
+    """Each choice read on the validation split (where a choice is made) and on the test split
+    (where it is reported): per split, ``<split> base`` and ``<split> other`` (mean BLEU of each
+    cell), ``<split> difference`` (other minus base) with Welch's 95% interval ``<split> low`` /
+    ``<split> high`` and its ``<split> p``; ``n`` runs a cell. Records are keyed by their variant
+    label, whatever study trained them."""
+    records = list(records)
+    rows = []
+    for choice, base, other in choices:
+        row: dict[str, Any] = {"choice": choice, "base": base, "other": other}
+        for split in ("valid", "test"):
+            values = variant_values(records, f"{split}_bleu")
+            first, second = values.get(base, []), values.get(other, [])
+            row["n"] = min(len(first), len(second))
+            if row["n"] < 2:
+                raise ValueError(f"{choice}: {base!r} and {other!r} need 2 runs each with {split}")
+            test = welch_test(first, second)
+            row |= {
+                f"{split} base": mean(first), f"{split} other": mean(second),
+                f"{split} difference": test["difference"], f"{split} low": test["low"],
+                f"{split} high": test["high"], f"{split} p": test["p_value"],
+            }  # fmt: skip
+        rows.append(row)
     return rows

@@ -625,3 +625,27 @@ def test_the_factorial_is_set_beside_the_reports_effects_in_the_reports_orientat
         assert rows[factor]["effect_low"] < ours < rows[factor]["effect_high"]
         assert rows[factor]["report effect"] == pytest.approx(levels[second] - levels[first])
     assert rows["smoothing"]["report winner"] == "ls=0.1"
+
+
+def test_each_base_choice_is_read_on_validation_and_on_test_by_welch():
+    def run(variant, seed, valid, test):
+        made = record("token_rms_rope", variant, seed, test, task="multi30k", profile="reference")
+        made["metrics"] = {"valid_bleu": valid, "test_bleu": test}
+        return made
+
+    runs = [
+        *(run("rope, by init", s, v, t) for s, (v, t) in enumerate([(28, 29), (30, 30), (29, 31)])),
+        *(run("rope, rms 1", s, v, t) for s, (v, t) in enumerate([(33, 34), (32, 33), (34, 33)])),
+        *(run("alibi", s, v, t) for s, (v, t) in enumerate([(28, 28), (27, 29), (29, 27)])),
+    ]
+    rows = ab.choices_on_splits(runs)
+    assert [row["other"] for row in rows] == ["rope, rms 1", "alibi"]
+    first = rows[0]
+    assert first["n"] == 3 and first["valid base"] == 29 and first["valid other"] == 33
+    reference = stats.ttest_ind([33, 32, 34], [28, 30, 29], equal_var=False)
+    assert first["valid difference"] == 4 and first["valid p"] == pytest.approx(reference.pvalue)
+    low, high = reference.confidence_interval(0.95)
+    assert (first["valid low"], first["valid high"]) == pytest.approx((low, high))
+    assert rows[1]["test difference"] == pytest.approx(28 - 30)
+    with pytest.raises(ValueError, match="need 2 runs"):
+        ab.choices_on_splits(runs[:4])
