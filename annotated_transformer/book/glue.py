@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 
 def glue(name: str, value: Any, display: bool = False) -> None:
-    """Glue ``value`` under ``name`` for ``{glue:text}`` roles (MyST-NB), when it is installed."""
+    """Glue ``value`` under ``name`` for ``{glue:text}`` roles (MyST-NB), when it is installed.
+
+    A NumPy scalar (a pandas cell, a ``.median()``) is glued as the Python number it holds:
+    MyST-NB formats ``{glue:text}`name:.2f``` by parsing the value's ``repr``, which NumPy 2
+    writes as ``np.float64(0.5)``, and the build would fail on the warning."""
     try:
         from myst_nb import glue as myst_glue
     except ImportError:  # not building the book: nothing reads the glued value
         return
+    if isinstance(value, np.generic):
+        value = value.item()
     myst_glue(name, value, display=display)
