@@ -101,17 +101,11 @@ def test_one_seed_is_a_study_whose_tables_show_numbers_without_intervals():
         assert row.get("verdict") in (None, "cannot judge")
 
 
-def test_chapter_09s_noise_report_takes_a_one_seed_study(capsys):
-    """`-p seeds 1` on a translation study used to end in StatisticsError (a mean of no stds)."""
-    notebook = json.loads((CHAPTERS / "09_ablation.ipynb").read_text(encoding="utf-8"))
-    (cell,) = [
-        "".join(c["source"])
-        for c in notebook["cells"]
-        if c["cell_type"] == "code" and "def noise_report" in "".join(c["source"])
-    ]
-    definition = cell.split("\n\n\nprint(provenance)")[0]  # the function, not the call
-    namespace: dict = {}
-    exec("import math\nimport statistics\n" + definition, namespace)
+def test_a_one_seed_study_shows_its_noise_without_a_spread():
+    """`-p seeds 1` on a translation study used to end in StatisticsError (a mean of no stds):
+    chapter 09's noise table shows the test set's bootstrap width and says a spread needs 2."""
+    from annotated_transformer.book import studies as views
+
     configs = ab.run_configs("heads", "multi30k", seeds=1, profile="smoke")
     records = [
         {
@@ -125,10 +119,13 @@ def test_chapter_09s_noise_report_takes_a_one_seed_study(capsys):
         }
         for i, c in enumerate(configs)
     ]
-    namespace["noise_report"](ab.summarize(records, "test_bleu"), records)
-    out = capsys.readouterr().out
-    assert "2.00 BLEU wide on average" in out
-    assert "a standard deviation and an interval need >= 2 seeds" in out
+    table = views.noise_frame(records, "test_bleu")["BLEU"].tolist()
+    assert table == ["2.00", "needs 2 seeds"]
+    two = records + [
+        {**r, "config": {**r["config"], "seed": 1}, "metrics": {"test_bleu": 12.0 + i}}
+        for i, r in enumerate(records)
+    ]
+    assert views.noise_frame(two, "test_bleu")["BLEU"].tolist()[1] == "1.41"
 
 
 def checking_cell(name: str) -> tuple[str, str]:

@@ -28,7 +28,7 @@ The pieces:
   2017, Table 3, whether our runs agree (:func:`table3_coverage`: which rows run, and why not);
 - the stored studies as the chapter leads with them: :func:`stored_studies` (grouped by task,
   study and profile), :func:`verdict_table` (Holm-corrected verdicts, effects with 95%
-  intervals, and what a run of each variant cost: :func:`variant_costs`, :func:`cost_sentence`),
+  intervals, and what a run of each variant cost: :func:`variant_costs`),
   :func:`trivial_baseline` (the bigram, or the copied source) and
   :func:`check_claims` (the source reports' claims, measured).
 
@@ -136,7 +136,6 @@ from .vaswani import (  # noqa: F401
 from .verdicts import (  # noqa: F401
     BASE_CHOICES,
     CLAIMS,
-    COST_RATIO,
     FACTORIAL_REPORT,
     FACTORIAL_REPORT_INTERACTION,
     PROFILE_ORDER,
@@ -150,7 +149,6 @@ from .verdicts import (  # noqa: F401
     balanced_runs,
     check_claims,
     choices_on_splits,
-    cost_sentence,
     counted,
     difference_interval,
     factor_effects,
@@ -162,7 +160,6 @@ from .verdicts import (  # noqa: F401
     probe_table,
     seed_spread,
     stored_studies,
-    study_sentences,
     trivial_baseline,
     variant_costs,
     verdict_table,

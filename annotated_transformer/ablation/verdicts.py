@@ -246,62 +246,6 @@ def verdict_table(
     return rows
 
 
-# A variant's cost per run is worth a sentence when it is this far from the baseline's (a ratio
-# of wall times or of parameter counts, either way): depth and width, not seed-to-seed jitter.
-COST_RATIO = 1.25
-
-
-def cost_sentence(study: StoredStudy, alpha: float = 0.05) -> str | None:
-    """What the variants cost against the baseline, when some differ by :data:`COST_RATIO` or
-    more in wall time or parameters: each variant (the cheapest and the dearest of more than
-    four), cheapest first, with its time and parameter ratio to the baseline's and its verdict.
-    ``None`` otherwise."""
-    return _cost_sentence(
-        study, verdict_table(study.records, study.metric, study.higher_is_better, alpha)
-    )
-
-
-def _cost_sentence(study: StoredStudy, rows: list[dict[str, Any]]) -> str | None:
-    """:func:`cost_sentence` from the study's verdict table ``rows``, already computed."""
-    base = next((row for row in rows if row["verdict"] == "baseline"), None)
-    if base is None:
-        return None
-
-    def ratio(row: dict[str, Any], key: str) -> float:
-        return row[key] / base[key] if base[key] > 0 else math.nan
-
-    def far(value: float) -> bool:
-        return math.isfinite(value) and max(value, 1 / value) >= COST_RATIO
-
-    others = [row for row in rows if row is not base]
-    if not any(far(ratio(row, "minutes")) or far(ratio(row, "parameters")) for row in others):
-        return None
-    shown = sorted(others, key=lambda r: r["minutes"])
-    if len(shown) > 4:  # the cheapest and the dearest
-        shown = [shown[0], shown[-1]]
-    parts = []
-    for row in shown:
-        label = row["variant"]
-        size = ratio(row, "parameters")
-        parts.append(
-            f"{_named(study, label)} {row['minutes']:.1f} min ({ratio(row, 'minutes'):.2f}x)"
-            + (
-                f" with {size:.2f}x the parameters"
-                if math.isfinite(size) and abs(size - 1) > 0.01
-                else ""
-            )
-            + f", {row['verdict']}"
-        )
-    parameters = (
-        f", {base['parameters']:,.0f} parameters" if math.isfinite(base["parameters"]) else ""
-    )
-    return (
-        f"Cost per run, against the baseline's {base['minutes']:.1f} min{parameters}: "
-        + "; ".join(parts)
-        + "."
-    )
-
-
 @dataclass(frozen=True)
 class TrivialBaseline:
     """What a model that has learnt nothing of the design reaches on a study's metric."""
@@ -381,67 +325,6 @@ def at_trivial_level(level: float, trivial: TrivialBaseline, higher_is_better: b
 def counted(number: int, noun: str) -> str:
     """``number`` and ``noun``, plural unless one: ``"1 seed"``, ``"3 seeds"``, ``"0 runs"``."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def _named(study: StoredStudy, variant: str) -> str:
-    """``heads=2`` for a one-factor study's variant ``2``; a factorial's cell as it is."""
-    factors = study.records[0]["config"]["factors"]
-    return f"{next(iter(factors))}={variant}" if len(factors) == 1 else variant
-
-
-def study_sentences(
-    study: StoredStudy, trivial: TrivialBaseline | None, alpha: float = 0.05
-) -> list[str]:
-    """What the study's numbers say, written from them: the baseline against the trivial level,
-    which variants differ from the baseline after Holm's correction, and (:func:`cost_sentence`)
-    what the variants cost where that differs."""
-    rows = verdict_table(study.records, study.metric, study.higher_is_better, alpha)
-    base = next((row for row in rows if row["verdict"] == "baseline"), None)
-    _, unit = _margin(study.metric)
-    lines = []
-    if base is not None and trivial is not None:
-        margin, _ = _margin(study.metric)
-        line = (
-            f"The baseline ({_named(study, base['variant'])}) reaches {base['mean']:.3f} {unit} "
-            f"over {base['n']} run{'s' if base['n'] != 1 else ''}; "
-            f"the {trivial.name} level is {trivial.value:.3f} {unit}: "
-        )
-        if at_trivial_level(base["mean"], trivial, study.higher_is_better):
-            line += (
-                f"within {margin:g} {unit} of it. At this size the study measures how fast a "
-                f"variant leaves the {trivial.name} level, not the design."
-            )
-        else:
-            gap = abs(base["mean"] - trivial.value)
-            line += f"the baseline is {gap:.3f} {unit} better."
-        lines.append(line)
-    compared = [
-        row for row in rows if row["verdict"] not in ("baseline", "cannot judge", SAME_RUNS)
-    ]
-    beyond = [row for row in compared if row["verdict"] in ("better", "worse")]
-    if not compared:
-        lines.append("No variant can be judged: a comparison needs at least 2 runs on each side.")
-    elif beyond:
-        lines.append(
-            "Beyond seed noise after Holm's correction over "
-            f"{counted(len(compared), 'comparison')}: "
-            + "; ".join(
-                f"{_named(study, row['variant'])} {row['verdict']} ({row['difference']:+.3f} {unit}, 95% "
-                f"interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f}, "
-                f"p_holm = {row['p_holm']:.3g})"
-                for row in beyond
-            )
-            + "."
-        )
-    else:
-        lines.append(
-            f"No variant differs from the baseline beyond seed noise after Holm's correction "
-            f"over {counted(len(compared), 'comparison')}."
-        )
-    cost = _cost_sentence(study, rows)
-    if cost is not None:
-        lines.append(cost)
-    return lines
 
 
 def measures_nothing(
