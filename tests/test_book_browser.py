@@ -317,8 +317,10 @@ def test_page_images_keep_their_proportions(reports, path, width):
     assert not squeezed, f"{path} at {width} px squeezes images:\n" + "\n".join(squeezed)
 
 
-# book.css: a diagram keeps this width on a phone (and scrolls sideways in its output box)
-DIAGRAM_MIN_WIDTH = 600
+# tests/book/test_diagrams.py keeps a diagram's smallest label 8 px high when the diagram is shown
+# at least this wide (its PHONE_COLUMN): a phone may shrink a diagram to its column, no further
+DIAGRAM_MIN_WIDTH = 360
+ARTICLE_PADDING = 16  # px on each side of a phone's text column (the theme's 1rem)
 DIAGRAM_CHAPTERS = sorted(  # the chapters with a cell tagged `diagram` (tests/book/test_diagrams.py)
     path.stem
     for path in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")
@@ -329,18 +331,25 @@ DIAGRAM_CHAPTERS = sorted(  # the chapters with a cell tagged `diagram` (tests/b
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_diagrams_stay_legible(reports, width):
-    """The block diagrams (cells tagged `diagram`) are not shrunk to a phone's column, where their
-    labels would be a few pixels high; on the desktop they fit the column."""
+    """The block diagrams (cells tagged `diagram`) fit the text column, as every figure does:
+    on the desktop they are shown at their own size; on a phone they shrink to the column, never
+    scrolling sideways, and not below the width at which their labels stay legible."""
     assert DIAGRAM_CHAPTERS, "no chapter has a cell tagged `diagram`"
     for chapter in DIAGRAM_CHAPTERS:
         path = f"chapters/{chapter}.html"
         diagrams = [image for image in reports(path, width).images if image["diagram"]]
         assert diagrams, f"{path}: no image in a cell tagged `diagram`"
         for image in diagrams:
-            shown_width = image["shown"][0]
-            assert shown_width >= min(DIAGRAM_MIN_WIDTH, image["width"] / 2), (
-                f"{path} at {width} px shows a diagram {shown_width:.0f} px wide"
+            shown_width, natural = image["shown"][0], image["width"] / 2  # retina: drawn at 2x
+            where = (
+                f"{path} at {width} px shows a {natural:.0f} px diagram {shown_width:.0f} px wide"
             )
+            assert shown_width <= natural + 1, f"{where}: enlarged"
+            if width == DESKTOP:
+                assert shown_width >= natural - 1, f"{where}: shrunk on the desktop"
+            else:
+                assert shown_width <= width - 2 * ARTICLE_PADDING, f"{where}: wider than the column"
+                assert shown_width >= min(DIAGRAM_MIN_WIDTH, natural) - 1, f"{where}: illegible"
 
 
 @pytest.mark.parametrize("path", PAGES)

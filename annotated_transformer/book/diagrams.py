@@ -5,8 +5,10 @@ so ``plt.show()`` shows it and ``plt.close(fig)`` frees it). The block diagrams 
 axes whose data units are inches, flowing from the bottom up as in the paper's figures; the mask
 and cache diagrams compute their grids with the package's own mask functions, so the pictures are
 the real masks. Colours are the Okabe-Ito palette (distinguishable with every common form of
-colour blindness) as light fills under dark text; no font is below 9 pt. Needs matplotlib, the
-``book`` extra: ``pip install "annotated-transformer[book]"``.
+colour blindness) as light fills under dark text; no font is below 9 pt, and every diagram is
+``WIDTH`` inches wide, so that a phone, shrinking it to its column, keeps those 9 pt at least 8 px
+high (parts are stacked rather than squeezed side by side). Needs matplotlib, the ``book`` extra:
+``pip install "annotated-transformer[book]"``.
 
     multi_head_attention()  01  X -> per-head W^Q, W^K, W^V -> attention -> concat -> W^O
     masks()                 02  padding, causal and combined masks as T x T grids
@@ -41,6 +43,9 @@ ORANGE, SKY_BLUE, GREEN, YELLOW = "#E69F00", "#56B4E9", "#009E73", "#F0E442"
 BLUE, VERMILLION, PURPLE = "#0072B2", "#D55E00", "#CC79A7"
 INK, EDGE, GREY = "#1A1A1A", "#333333", "#E6E6E6"
 FONT, SMALL, TITLE = 10, 9, 11  # points; the book shows figures at their size, phones shrink them
+# Every diagram is this many inches wide (shown 560 px wide with the book's 0.1 in margins), so on a
+# phone, shrunk to a column of 360 px, its 9 pt labels stay 8 px high (tests/book/test_diagrams.py).
+WIDTH = 5.4
 
 
 def _tint(colour: str, strength: float = 0.45) -> tuple[float, float, float]:
@@ -189,36 +194,38 @@ def _stack_frame(
 
 def multi_head_attention() -> Figure:
     """Multi-head self-attention, eq. (1) and §3.2.2 of Vaswani et al.: the input ``X`` goes to
-    ``h`` heads, each with its own projections ``W^Q_i, W^K_i, W^V_i`` to ``d_k = d_model / h``
-    features and its own scaled dot-product attention; the heads are concatenated and ``W^O``
-    mixes them. The right-hand column gives each stage's shape as ``at.MultiHeadAttention``
-    computes it, all heads at once."""
-    fig, ax = _canvas(8.4, 6.3)
-    lane_width, heads = 1.65, [(0.93, "1"), (2.72, "2"), (4.93, "h")]
+    ``h`` heads (head 1 and head h drawn, the others elided), each with its own projections
+    ``W^Q_i, W^K_i, W^V_i`` to ``d_k = d_model / h`` features and its own scaled dot-product
+    attention; the heads are concatenated and ``W^O`` mixes them. The right-hand column gives each
+    stage's shape as ``at.MultiHeadAttention`` computes it, all heads at once."""
+    fig, ax = _canvas(WIDTH, 6.0)
+    lane_width, heads = 1.45, [(0.86, "1"), (2.9, "h")]
     left, right = heads[0][0] - lane_width / 2, heads[-1][0] + lane_width / 2
     middle = (left + right) / 2
-    _box(ax, (middle, 0.4), (2.9, 0.46), "input X   [B, T, d_model]", EMBEDDING)
-    bus = 0.95
-    _line(ax, (middle, 0.63), (middle, bus))
-    _line(ax, (heads[0][0] - 0.53, bus), (heads[-1][0] + 0.53, bus))
+    _box(ax, (middle, 0.35), (2.7, 0.46), "input X   [B, T, d_model]", EMBEDDING)
+    bus = 0.9
+    _line(ax, (middle, 0.58), (middle, bus))
+    _line(ax, (heads[0][0] - 0.46, bus), (heads[-1][0] + 0.46, bus))
     for x, name in heads:
-        _frame(ax, x - lane_width / 2, 1.15, lane_width, 2.05)
-        ax.text(x, 2.98, f"head {name}", ha="center", va="center", fontsize=FONT, color=INK)
-        for offset, letter in [(-0.53, "Q"), (0.0, "K"), (0.53, "V")]:
-            _arrow(ax, (x + offset, bus), (x + offset, 1.33))
-            _box(ax, (x + offset, 1.55), (0.48, 0.44), f"$W^{letter}_{name}$", NORM)
-            _arrow(ax, (x + offset, 1.77), (x + offset, 2.08))
-        _box(ax, (x, 2.4), (1.45, 0.64), "scaled dot-product\nattention", ATTENTION, fontsize=SMALL)
-        _arrow(ax, (x, 3.2), (x, 3.5))
-    ax.text((heads[1][0] + heads[2][0]) / 2, 2.2, "⋯", ha="center", va="center", fontsize=16)
-    _box(ax, (middle, 3.75), (right - left, 0.48), "concat(head 1, …, head h)", _tint(BLUE, 0.25))
-    _arrow(ax, (middle, 3.99), (middle, 4.4))
-    _box(ax, (middle, 4.65), (2.9, 0.48), "output projection  $W^O$", OUTPUT)
-    _arrow(ax, (middle, 4.89), (middle, 5.25))
-    _box(ax, (middle, 5.5), (2.9, 0.46), "output   [B, T, d_model]", EMBEDDING)
+        _frame(ax, x - lane_width / 2, 1.1, lane_width, 2.05)
+        ax.text(x, 2.93, f"head {name}", ha="center", va="center", fontsize=FONT, color=INK)
+        for offset, letter in [(-0.46, "Q"), (0.0, "K"), (0.46, "V")]:
+            _arrow(ax, (x + offset, bus), (x + offset, 1.28))
+            _box(ax, (x + offset, 1.5), (0.42, 0.44), f"$W^{letter}_{name}$", NORM)
+            _arrow(ax, (x + offset, 1.72), (x + offset, 2.03))
+        _box(
+            ax, (x, 2.35), (1.33, 0.64), "scaled dot-product\nattention", ATTENTION, fontsize=SMALL
+        )
+        _arrow(ax, (x, 3.15), (x, 3.45))
+    ax.text(middle, 2.15, "⋯", ha="center", va="center", fontsize=16)
+    _box(ax, (middle, 3.7), (right - left, 0.48), "concat(head 1, …, head h)", _tint(BLUE, 0.25))
+    _arrow(ax, (middle, 3.94), (middle, 4.3))
+    _box(ax, (middle, 4.55), (2.7, 0.48), "output projection  $W^O$", OUTPUT)
+    _arrow(ax, (middle, 4.79), (middle, 5.1))
+    _box(ax, (middle, 5.33), (2.7, 0.46), "output   [B, T, d_model]", EMBEDDING)
     ax.text(
-        4.2,
-        6.05,
+        WIDTH / 2,
+        5.8,
         "multi-head attention: h heads, each of size d_k = d_model / h",
         ha="center",
         va="center",
@@ -227,21 +234,22 @@ def multi_head_attention() -> Figure:
         color=INK,
     )
     # the shapes as at.MultiHeadAttention computes them, all heads in one tensor
-    ax.plot([5.95, 5.95], [1.2, 4.9], color="#8C8C8C", linewidth=0.8, linestyle=":")
-    heading = "shapes, all heads at once"
-    ax.text(6.1, 5.1, heading, ha="left", va="center", fontsize=SMALL, fontweight="bold")
+    column = 3.91
+    ax.plot([column - 0.1] * 2, [1.1, 4.85], color="#8C8C8C", linewidth=0.8, linestyle=":")
+    heading = "shapes,\nall heads at once"
+    ax.text(column, 5.2, heading, ha="left", va="center", fontsize=SMALL, fontweight="bold")
     shapes = [
-        (1.55, "one Linear (qkv), then view:\nQ, K, V each [B, h, T, d_k]"),
+        (1.5, "one Linear (qkv),\nthen view: Q, K, V\neach [B, h, T, d_k]"),
         (
-            2.4,
-            r"$\mathrm{softmax}(QK^\top / \sqrt{d_k})\,V$:"
+            2.35,
+            r"$\mathrm{softmax}(QK^\top / \sqrt{d_k})\,V$"
             "\nweights [B, h, T, T]\nheads [B, h, T, d_k]",
         ),
-        (3.75, "transpose + reshape:\n[B, T, h·d_k] = [B, T, d_model]"),
-        (4.65, "[B, T, d_model]"),
+        (3.7, "transpose + reshape:\n[B, T, h·d_k]\n= [B, T, d_model]"),
+        (4.55, "[B, T, d_model]"),
     ]
     for y, text in shapes:
-        ax.text(6.1, y, text, ha="left", va="center", fontsize=SMALL, color=INK)
+        ax.text(column, y, text, ha="left", va="center", fontsize=SMALL, color=INK)
     return fig
 
 
@@ -276,33 +284,33 @@ def masks(words: Sequence[str] = DEFAULT_WORDS, pad: str = "<pad>") -> Figure:
     grids are :func:`mask_grids`, the package's own masks."""
     grids = mask_grids(words, pad)
     length = len(words)
-    size = min(1.95, 0.33 * length)
-    fig = plt.figure(figsize=(8.2, 2.2 + size))
+    size = min(1.25, 0.25 * length)
+    fig = plt.figure(figsize=(WIDTH, 1.85 + size))
     width, height = fig.get_size_inches()
     titles = {
         "padding": "padding_mask\nreal keys only",
         "causal": "causal_mask\nkey ≤ query",
         "combined": "combine_masks\npadding AND causal",
     }
-    lefts = [0.95, 3.55, 6.15]
+    lefts = [0.72, 2.45, 3.98]  # the grids' left edges; AND and = sit in the gaps between them
     bottom = 1.15
     colours = ListedColormap([GREY, BLUE])
     for index, ((name, grid), left) in enumerate(zip(grids.items(), lefts, strict=True)):
         ax = fig.add_axes((left / width, bottom / height, size / width, size / height))
         ax.imshow(grid.int().numpy(), cmap=colours, vmin=0, vmax=1, interpolation="nearest")
-        ax.set_xticks(range(length), words, rotation=50, ha="right", fontsize=SMALL)
+        ax.set_xticks(range(length), words, rotation=60, ha="right", fontsize=SMALL)
         ax.set_yticks(range(length), words if index == 0 else [], fontsize=SMALL)
         ax.set_xticks([position - 0.5 for position in range(1, length)], minor=True)
         ax.set_yticks([position - 0.5 for position in range(1, length)], minor=True)
         ax.grid(which="minor", color="white", linewidth=1.5)
-        ax.tick_params(which="both", length=0)
+        ax.tick_params(which="both", length=0, pad=2)
         ax.set_title(titles[name], fontsize=FONT, color=INK)
         ax.set_gid(name)
         if index == 0:
             ax.set_ylabel("query", fontsize=FONT)
         ax.set_xlabel("key", fontsize=FONT, labelpad=2)
     middle = (bottom + size / 2) / height
-    for x, symbol in [(3.25, "AND"), (5.85, "=")]:
+    for x, symbol in [(2.21, "AND"), (3.845, "=")]:
         fig.text(x / width, middle, symbol, ha="center", va="center", fontsize=TITLE, color=INK)
     _legend_below(
         fig,
@@ -318,71 +326,82 @@ def masks(words: Sequence[str] = DEFAULT_WORDS, pad: str = "<pad>") -> Figure:
 # -- 04: post-norm and pre-norm ----------------------------------------------------------------
 
 
-def _residual_sublayer(ax: Axes, stream: float, pre_norm: bool) -> None:
-    """One ordering of ``residual_orderings``, bottom-up, the residual stream at ``stream``."""
-    branch, add, stream_width = stream + 1.45, 3.65 if pre_norm else 3.3, 2.6
-    ax.text(stream, 0.3, "$x_l$", ha="center", va="center", fontsize=TITLE + 1)
-    ax.text(stream, 4.62, "$x_{l+1}$", ha="center", va="center", fontsize=TITLE + 1)
+def _residual_sublayer(ax: Axes, stream: float, base: float, pre_norm: bool) -> None:
+    """One ordering of ``residual_orderings``, bottom-up from ``base``, the residual stream at
+    ``stream``."""
+    branch, add, stream_width = stream + 1.4, base + (2.9 if pre_norm else 2.4), 2.6
+    top = base + 3.5  # where the stream's arrow ends, under x_{l+1}
+    ax.text(stream, base + 0.2, "$x_l$", ha="center", va="center", fontsize=TITLE + 1)
+    ax.text(stream, top + 0.17, "$x_{l+1}$", ha="center", va="center", fontsize=TITLE + 1)
     # the branch: fork off the stream, (Norm,) sublayer F, back into the add
-    fork = 0.95
+    fork = base + 0.72
     ax.add_patch(Circle((stream, fork), 0.05, color=EDGE, zorder=3))
-    _line(ax, (stream, fork), (branch, fork), (branch, 1.2))
+    _line(ax, (stream, fork), (branch, fork), (branch, fork + 0.12))
     sublayer = "sublayer F\n(attention or\nfeed-forward)"
     if pre_norm:
-        _arrow(ax, (branch, 1.2), (branch, 1.33))
-        _box(ax, (branch, 1.55), (1.1, 0.44), "Norm", NORM)
-        _arrow(ax, (branch, 1.77), (branch, 2.15))
-        _box(ax, (branch, 2.6), (1.45, 0.9), sublayer, ATTENTION, fontsize=SMALL)
-        _line(ax, (branch, 3.05), (branch, add))
+        _arrow(ax, (branch, fork + 0.12), (branch, base + 0.98))
+        _box(ax, (branch, base + 1.2), (1.1, 0.44), "Norm", NORM)
+        _arrow(ax, (branch, base + 1.42), (branch, base + 1.7))
+        _box(ax, (branch, base + 2.1), (1.35, 0.8), sublayer, ATTENTION, fontsize=SMALL)
+        _line(ax, (branch, base + 2.5), (branch, add))
     else:
-        _arrow(ax, (branch, 1.2), (branch, 1.6))
-        _box(ax, (branch, 2.05), (1.45, 0.9), sublayer, ATTENTION, fontsize=SMALL)
-        _line(ax, (branch, 2.5), (branch, add))
+        _arrow(ax, (branch, fork + 0.12), (branch, base + 1.12))
+        _box(ax, (branch, base + 1.52), (1.35, 0.8), sublayer, ATTENTION, fontsize=SMALL)
+        _line(ax, (branch, base + 1.92), (branch, add))
     _arrow(ax, (branch, add), (stream + 0.17, add))
     ax.add_patch(Circle((stream, add), 0.17, facecolor="white", edgecolor=EDGE, zorder=3))
     ax.text(stream, add, "+", ha="center", va="center", fontsize=TITLE + 2, zorder=4)
     ax.text(stream - 0.25, add, "add", ha="right", va="center", fontsize=SMALL, color=INK)
     # the residual stream: straight up, through a Norm only in post-norm
-    _arrow(ax, (stream, 0.5), (stream, add - 0.17), colour=BLUE, width=stream_width)
+    _arrow(ax, (stream, base + 0.38), (stream, add - 0.17), colour=BLUE, width=stream_width)
     if pre_norm:
-        _arrow(ax, (stream, add + 0.17), (stream, 4.45), colour=BLUE, width=stream_width)
+        _arrow(ax, (stream, add + 0.17), (stream, top), colour=BLUE, width=stream_width)
         note = "residual stream:\nnever normalised\ninside the stack"
         final = "+ one final Norm\nafter the last layer"
-        ax.text(stream + 0.3, 4.62, final, ha="left", va="center", fontsize=SMALL, style="italic")
+        ax.text(
+            stream + 0.3, top + 0.12, final, ha="left", va="center", fontsize=SMALL, style="italic"
+        )
     else:
-        _arrow(ax, (stream, add + 0.17), (stream, 3.75), colour=BLUE, width=stream_width)
-        _box(ax, (stream, 3.97), (1.1, 0.44), "Norm", NORM)
-        _arrow(ax, (stream, 4.19), (stream, 4.45), colour=BLUE, width=stream_width)
+        norm = base + 2.97
+        _arrow(ax, (stream, add + 0.17), (stream, norm - 0.22), colour=BLUE, width=stream_width)
+        _box(ax, (stream, norm), (1.1, 0.44), "Norm", NORM)
+        _arrow(ax, (stream, norm + 0.22), (stream, top), colour=BLUE, width=stream_width)
         note = "residual stream:\nnormalised after\nevery sublayer"
-    ax.text(stream - 0.2, 2.1, note, ha="right", va="center", fontsize=SMALL, color=BLUE)
+    ax.text(stream - 0.2, base + 1.55, note, ha="right", va="center", fontsize=SMALL, color=BLUE)
 
 
 def residual_orderings() -> Figure:
-    """One residual sublayer ``F`` (attention or the feed-forward network) in the two orderings:
-    post-norm (the paper, §3.1), ``x + F(x)`` then ``Norm``; pre-norm (GPT-2), ``Norm`` on the
-    branch only, so the residual stream (blue, straight) is never normalised inside the stack."""
-    fig, ax = _canvas(8.0, 5.6)
+    """One residual sublayer ``F`` (attention or the feed-forward network) in the two orderings,
+    one above the other: post-norm (the paper, §3.1), ``x + F(x)`` then ``Norm``; pre-norm
+    (GPT-2), ``Norm`` on the branch only, so the residual stream (blue, straight) is never
+    normalised inside the stack."""
+    panel = 4.55  # the height of one ordering, its title included
+    fig, ax = _canvas(WIDTH, 2 * panel + 0.1)
+    stream = 2.34
     panels = [
-        (1.55, False, "post-norm (the paper)", r"$x_{l+1} = \mathrm{Norm}(x_l + F(x_l))$"),
-        (5.55, True, "pre-norm (GPT-2 and most since)", r"$x_{l+1} = x_l + F(\mathrm{Norm}(x_l))$"),
+        (panel + 0.1, False, "post-norm (the paper)", r"$x_{l+1} = \mathrm{Norm}(x_l + F(x_l))$"),
+        (0.0, True, "pre-norm (GPT-2 and most since)", r"$x_{l+1} = x_l + F(\mathrm{Norm}(x_l))$"),
     ]
-    for stream, pre_norm, title, formula in panels:
-        centre = stream + 0.75
-        ax.text(centre, 5.35, title, ha="center", va="center", fontsize=TITLE, fontweight="bold")
-        ax.text(centre, 4.98, formula, ha="center", va="center", fontsize=FONT, color=INK)
-        _residual_sublayer(ax, stream, pre_norm)
-    ax.plot([3.95, 3.95], [0.1, 5.2], color="#8C8C8C", linewidth=0.8, linestyle=":")
+    for base, pre_norm, title, formula in panels:
+        centre = WIDTH / 2
+        ax.text(
+            centre, base + 4.38, title, ha="center", va="center", fontsize=TITLE, fontweight="bold"
+        )
+        ax.text(centre, base + 4.06, formula, ha="center", va="center", fontsize=FONT, color=INK)
+        _residual_sublayer(ax, stream, base, pre_norm)
+    ax.plot([0.2, WIDTH - 0.2], [panel + 0.05] * 2, color="#8C8C8C", linewidth=0.8, linestyle=":")
     return fig
 
 
 # -- 05: the three architectures ---------------------------------------------------------------
 
-FRAME, SUBLAYER, PITCH = 1.5, 1.36, 0.78  # widths of a stack's frame and boxes; sublayer spacing
+FRAME, SUBLAYER, PITCH = 1.4, 1.3, 0.68  # widths of a stack's frame and boxes; sublayer spacing
 
 
 def _stack_column(
     ax: Axes,
     x: float,
+    base: float,
     inputs: str,
     sublayers: Sequence[tuple[str, object]],
     outputs: str | None,
@@ -390,81 +409,95 @@ def _stack_column(
     label_left: bool = False,
     name: str | None = None,
 ) -> list[float]:
-    """One stack of ``architectures`` bottom-up: ``inputs`` -> embedding + positions -> a frame
-    of ``sublayers`` (text, fill) marked ``N×`` -> linear + softmax -> ``outputs`` (None: the
-    stack's output goes elsewhere). Returns the height of each sublayer's centre."""
-    ax.text(x, 0.3, inputs, ha="center", va="center", fontsize=SMALL, color=INK)
-    _arrow(ax, (x, 0.55), (x, 0.75))
-    _box(ax, (x, 0.97), (FRAME - 0.05, 0.44), "embedding\n+ positions", EMBEDDING, fontsize=SMALL)
-    centres = [1.85 + PITCH * index for index in range(len(sublayers))]
-    top = centres[-1] + 0.28
-    _stack_frame(ax, x, 1.45, top + 0.15, FRAME, label_left)
+    """One stack of ``architectures`` bottom-up from ``base``: ``inputs`` -> embedding +
+    positions -> a frame of ``sublayers`` (text, fill) marked ``N×`` -> linear + softmax ->
+    ``outputs`` (None: the stack's output goes elsewhere). Returns the height of each
+    sublayer's centre."""
+    ax.text(x, base + 0.2, inputs, ha="center", va="center", fontsize=SMALL, color=INK)
+    _arrow(ax, (x, base + 0.42), (x, base + 0.58))
+    embedding = "embedding\n+ positions"
+    _box(ax, (x, base + 0.78), (FRAME - 0.05, 0.4), embedding, EMBEDDING, fontsize=SMALL)
+    centres = [base + 1.48 + PITCH * index for index in range(len(sublayers))]
+    top = centres[-1] + 0.25
+    _stack_frame(ax, x, base + 1.12, top + 0.12, FRAME, label_left)
     if name is not None:
         ax.text(
-            x - FRAME / 2, top + 0.2, name, ha="left", va="bottom", fontsize=SMALL, style="italic"
+            x - FRAME / 2, top + 0.17, name, ha="left", va="bottom", fontsize=SMALL, style="italic"
         )
-    previous = 1.19
+    previous = base + 0.98
     for centre, (text, fill) in zip(centres, sublayers, strict=True):
-        _arrow(ax, (x, previous), (x, centre - 0.28))
-        _box(ax, (x, centre), (SUBLAYER, 0.56), text, fill, fontsize=SMALL)
-        previous = centre + 0.28
+        _arrow(ax, (x, previous), (x, centre - 0.25))
+        _box(ax, (x, centre), (SUBLAYER, 0.5), text, fill, fontsize=SMALL)
+        previous = centre + 0.25
     if outputs is not None:
-        _arrow(ax, (x, previous), (x, 4.33))
-        _box(ax, (x, 4.55), (SUBLAYER, 0.44), "linear + softmax", OUTPUT, fontsize=SMALL)
-        _arrow(ax, (x, 4.77), (x, 4.98))
-        ax.text(x, 5.25, outputs, ha="center", va="center", fontsize=SMALL, color=INK)
+        head = top + 0.55  # the centre of linear + softmax
+        _arrow(ax, (x, previous), (x, head - 0.2))
+        _box(ax, (x, head), (SUBLAYER, 0.4), "linear + softmax", OUTPUT, fontsize=SMALL)
+        _arrow(ax, (x, head + 0.2), (x, head + 0.38))
+        ax.text(x, head + 0.6, outputs, ha="center", va="center", fontsize=SMALL, color=INK)
     return centres
 
 
 def architectures() -> Figure:
-    """The three model families of ``at.build_model``, side by side: encoder-decoder (an encoder
-    stack whose output, the memory, feeds every decoder layer's cross-attention), decoder-only (a
-    causal stack trained on the next token) and encoder-only (a bidirectional stack). Each
-    sublayer sits inside a residual connection and a norm (chapter 04), left out here."""
-    fig, ax = _canvas(8.8, 6.2)
-    encoder, decoder, decoder_only, encoder_only = 1.2, 3.3, 5.5, 7.55
-    titles = [
-        ((encoder + decoder) / 2, "encoder-decoder (the paper, T5)"),
-        (decoder_only, "decoder-only (GPT)"),
-        (encoder_only, "encoder-only (BERT)"),
-    ]
-    for x, title in titles:
-        ax.text(x, 5.9, title, ha="center", va="center", fontsize=TITLE, fontweight="bold")
+    """The three model families of ``at.build_model``: encoder-decoder on top (an encoder stack
+    whose output, the memory, feeds every decoder layer's cross-attention), and under it
+    decoder-only (a causal stack trained on the next token) and encoder-only (a bidirectional
+    stack). Each sublayer sits inside a residual connection and a norm (chapter 04), left out
+    here."""
+    lower = 4.25  # the height of the lower row, decoder-only and encoder-only
+    fig, ax = _canvas(WIDTH, lower + 5.0)
+    # the upper row: encoder-decoder, its stacks bottom-up from `upper`
+    upper, encoder, decoder = lower + 0.15, 1.52, 3.87
+    title, centre = "encoder-decoder (the paper, T5)", (encoder + decoder) / 2
+    ax.text(centre, upper + 4.7, title, ha="center", va="center", fontsize=TITLE, fontweight="bold")
     causal = ("masked (causal)\nself-attention", ATTENTION)
     feed_forward = ("feed-forward", FEED_FORWARD)
-    _stack_column(
-        ax,
-        encoder,
-        "source tokens\n[B, S]",
-        [("self-attention\n(padding mask)", ATTENTION), feed_forward],
-        None,
-        label_left=True,
-        name="encoder",
+    memory_from = (
+        _stack_column(
+            ax,
+            encoder,
+            upper,
+            "source tokens\n[B, S]",
+            [("self-attention\n(padding mask)", ATTENTION), feed_forward],
+            None,
+            label_left=True,
+            name="encoder",
+        )[-1]
+        + 0.25
     )
     cross = _stack_column(
         ax,
         decoder,
+        upper,
         "target tokens,\nshifted right [B, T]",
         [causal, ("cross-attention\n(K, V: memory)", CROSS), feed_forward],
         "output probabilities\n[B, T, V]",
         name="decoder",
     )[1]
     # the memory: the encoder's output, read as keys and values by every decoder layer
-    between = (encoder + decoder) / 2
-    memory = [(encoder, 2.91), (encoder, 3.5), (between, 3.5), (between, cross)]
+    between, bend = (encoder + decoder) / 2, memory_from + 0.55
+    memory = [(encoder, memory_from), (encoder, bend), (between, bend), (between, cross)]
     _arrow(ax, *memory, (decoder - SUBLAYER / 2, cross), colour=PURPLE, width=1.8)
-    ax.text(encoder + 0.1, 3.68, "memory [B, S, d_model]", ha="center", va="center", fontsize=SMALL)
-    ax.plot([4.5, 4.5], [0.1, 6.1], color="#8C8C8C", linewidth=0.8, linestyle=":")
+    label = "memory [B, S, d_model]"
+    ax.text(encoder + 0.1, bend + 0.17, label, ha="center", va="center", fontsize=SMALL)
+    ax.plot([0.2, WIDTH - 0.2], [lower] * 2, color="#8C8C8C", linewidth=0.8, linestyle=":")
+    # the lower row: the two single stacks
+    decoder_only, encoder_only = 1.45, 3.95
+    for x, title in [(decoder_only, "decoder-only (GPT)"), (encoder_only, "encoder-only (BERT)")]:
+        ax.text(x, 4.0, title, ha="center", va="center", fontsize=TITLE, fontweight="bold")
     _stack_column(
         ax,
         decoder_only,
+        0.0,
         "tokens [B, T]",
         [causal, feed_forward],
         "next-token\nprobabilities [B, T, V]",
+        label_left=True,
     )
     _stack_column(
         ax,
         encoder_only,
+        0.0,
         "tokens, some masked\n[B, T]",
         [("self-attention\n(bidirectional)", ATTENTION), feed_forward],
         "probabilities of the\nmasked tokens [B, T, V]",
@@ -484,24 +517,24 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
     steps = list(steps)
     if not 1 <= len(steps) <= 3 or any(not isinstance(t, int) or not 1 <= t <= 6 for t in steps):
         raise ValueError(f"kv_cache: steps={steps!r}: give 1 to 3 steps, each from 1 to 6")
-    cell = 0.26
     longest = max(steps)
-    panel = max(2.3, longest * cell + 1.0)
-    width = max(7.2, len(steps) * panel + 0.4)
-    row_height = (longest + 2) * cell + 1.15
-    height = 2 * row_height + 0.75
+    panel = (WIDTH - 0.2) / 3  # a step's panel, three to the width; fewer steps leave room
+    cell = min(0.26, (panel - 0.5) / longest)
+    width = WIDTH
+    row_height = (longest + 2) * cell + 1.3
+    height = 2 * row_height + 0.85
     fig, ax = _canvas(width, height)
     new, cached, recomputed = ORANGE, SKY_BLUE, _tint(PURPLE, 0.75)
     rows = [
-        (True, "with a KV cache: one new query per step; K and V grow by one column"),
-        (False, "without a cache: every step recomputes all t positions"),
+        (True, "with a KV cache: one new query per step;\nK and V grow by one column"),
+        (False, "without a cache:\nevery step recomputes all t positions"),
     ]
     for row, (with_cache, heading) in enumerate(rows):
-        top = height - row * row_height - 0.25
+        top = height - row * row_height - 0.35
         ax.text(0.2, top, heading, ha="left", va="center", fontsize=FONT, fontweight="bold")
         for column, step in enumerate(steps):
-            left = 0.2 + column * panel + 0.55
-            strip = top - 0.55  # the top edge of the K row
+            left = 0.1 + column * panel + 0.4
+            strip = top - 0.6  # the top edge of the K row
             for name, y in [("K", strip - cell), ("V", strip - 2 * cell)]:
                 ax.text(left - 0.1, y + cell / 2, name, ha="right", va="center", fontsize=SMALL)
                 for key in range(step):
@@ -557,6 +590,6 @@ def kv_cache(steps: Sequence[int] = (3, 4, 5)) -> Figure:
             Patch(facecolor=GREY, edgecolor=EDGE, label="blocked by the causal mask"),
             Patch(facecolor="white", edgecolor="#8C8C8C", linestyle=":", label="never needed"),
         ],
-        columns=3,
+        columns=2,
     )
     return fig

@@ -1,9 +1,12 @@
 """The book's diagrams: what each one says, that its grids are the package's masks, that every
-label fits inside the figure without overlapping another, and that each is shown in its chapter."""
+label fits inside the figure without overlapping another, that its smallest label stays legible
+when a phone shrinks the figure to its column, and that each is shown in its chapter."""
 
 from __future__ import annotations
 
+import io
 import json
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,6 +53,18 @@ DIAGRAMS = {
     ),  # fmt: skip
     "kv_cache": ("12_decoding", ["KV cache", "K", "V", "new", "read from the cache", "recompute"]),
 }
+# each diagram as the book draws it, and the largest grids its arguments allow
+LAYOUTS = [(name, {}) for name in DIAGRAMS] + [
+    ("masks", {"words": ("we", "all", "live", "in", "a", "yellow", "<pad>", "<pad>")}),
+    ("kv_cache", {"steps": (4, 5, 6)}),
+]
+LAYOUT_IDS = [name + ("-largest" if arguments else "") for name, arguments in LAYOUTS]
+
+# A phone shows a figure shrunk to its text column: at the 420 px window of tests/test_book_browser.py
+# that is 372 CSS px (the article's 1rem padding on each side, the cell output's 1em indent); 360
+# leaves a margin. There the smallest label must stay LEGIBLE px high. On the desktop (a column of
+# about 750 px) a figure is shown at its own size, DESKTOP_COLUMN at most.
+PHONE_COLUMN, DESKTOP_COLUMN, LEGIBLE = 360, 700, 8.0
 
 
 @pytest.fixture
@@ -83,6 +98,17 @@ def drawn_texts(figure: Figure) -> Iterator[Text]:
     return (text for text in candidates if text.get_visible() and text.get_text().strip())
 
 
+def shown_width(figure: Figure) -> int:
+    """The width in CSS px at which the book shows the figure on the desktop: IPython's inline
+    backend saves it with ``bbox_inches="tight"`` (cropped to what is drawn, plus 0.1 in on each
+    side) at ``figure.dpi`` pixels an inch (twice that for its retina PNG, shown at half size)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    png = buffer.getvalue()
+    assert png[12:16] == b"IHDR"
+    return struct.unpack(">I", png[16:20])[0]  # the width field of the PNG header
+
+
 def test_the_package_exposes_the_module_lazily():
     """``at.diagrams`` works after ``import annotated_transformer``, without the package
     importing matplotlib for everyone else (the CLI, training)."""
@@ -100,7 +126,7 @@ def test_each_diagram_is_one_figure_with_its_labels(name, draw):
     assert isinstance(figure, Figure)
     assert set(plt.get_fignums()) - before == {figure.number}  # one new figure, its own
     width, height = figure.get_size_inches()
-    assert 7 <= width <= 9 and height <= 7.5, "readable at phone width: 7 to 9 inches wide"
+    assert width <= 6.2 and height <= 9.5, "narrow enough to stay legible in a phone's column"
     texts = [text.get_text() for text in drawn_texts(figure)]
     for label in DIAGRAMS[name][1]:
         assert any(label in text for text in texts), f"{name}: no label contains {label!r}"
@@ -109,28 +135,53 @@ def test_each_diagram_is_one_figure_with_its_labels(name, draw):
     assert set(plt.get_fignums()) == before  # closed: nothing left behind
 
 
-@pytest.mark.parametrize("name", DIAGRAMS)
-def test_every_label_is_inside_the_figure_and_none_overlap(name, draw):
-    figure = draw(name)
+@pytest.mark.parametrize(("name", "arguments"), LAYOUTS, ids=LAYOUT_IDS)
+def test_each_diagram_stays_legible_in_a_phone_column(name, arguments, draw):
+    """Shrunk to a phone's column, the smallest label is still LEGIBLE px high; on the desktop
+    the figure is shown at its own size."""
+    figure = draw(name, **arguments)
+    width = shown_width(figure)  # CSS px on the desktop
+    assert width <= DESKTOP_COLUMN, f"{name}: shown {width} px wide, wider than the desktop column"
+    scale = min(1.0, PHONE_COLUMN / width)
+    smallest = min(text.get_fontsize() for text in drawn_texts(figure))  # points
+    pixels = smallest * figure.dpi / 72 * scale  # a point is 1/72 in; the book shows dpi px an inch
+    assert pixels >= LEGIBLE, (
+        f"{name}: {smallest} pt text, shown {width} px wide, is {pixels:.1f} px high in a "
+        f"{PHONE_COLUMN} px column"
+    )
+
+
+@pytest.mark.parametrize(("name", "arguments"), LAYOUTS, ids=LAYOUT_IDS)
+def test_every_label_is_inside_the_figure_and_none_overlap(name, arguments, draw):
+    figure = draw(name, **arguments)
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
     frame = figure.bbox
-    boxes = []
-    for text in drawn_texts(figure):
-        box = text.get_window_extent(renderer)
-        inside = (
+
+    def inside(box) -> bool:
+        return (
             box.x0 >= frame.x0 - 1
             and box.y0 >= frame.y0 - 1
             and box.x1 <= frame.x1 + 1
             and box.y1 <= frame.y1 + 1
         )
-        assert inside, f"{name}: {text.get_text()!r} reaches outside the figure"
+
+    boxes = []
+    for text in drawn_texts(figure):
+        box = text.get_window_extent(renderer)
+        assert inside(box), f"{name}: {text.get_text()!r} reaches outside the figure"
         rotated = text.get_rotation() % 180 != 0
         boxes.append((text.get_text(), box.shrunk(0.9, 0.9), rotated))  # touching is fine
     for (first, one, turned), (second, other, also_turned) in combinations(boxes, 2):
         if turned and also_turned:
             continue  # the boxes of slanted tick labels overlap where their letters do not
         assert not one.overlaps(other), f"{name}: {first!r} overlaps {second!r}"
+    # nor is anything else cut off at an edge: boxes, arrows, lines, grid cells, images, legends
+    drawn = [*figure.legends]
+    for ax in figure.axes:
+        drawn += [*ax.patches, *ax.lines, *ax.images, ax]
+    for artist in drawn:
+        assert inside(artist.get_window_extent(renderer)), f"{name}: {artist} reaches outside"
 
 
 @pytest.mark.parametrize(
@@ -183,5 +234,5 @@ def test_each_diagram_is_shown_in_its_chapter(name):
     shown = [cell for cell in cells if f"diagrams.{name}()" in "".join(cell["source"])]
     assert len(shown) == 1, f"{chapter.name} does not call diagrams.{name}() once"
     assert shown[0]["cell_type"] == "code"
-    # folded code; `diagram`: book.css keeps the figure legible on a phone (tests/test_book_browser.py)
+    # folded code; `diagram`: tests/test_book_browser.py checks it fits and stays legible on a phone
     assert set(shown[0]["metadata"].get("tags", [])) >= {"hide-input", "boilerplate", "diagram"}
