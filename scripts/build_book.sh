@@ -19,6 +19,9 @@ export IPYTHONDIR
 trap 'rm -rf "$IPYTHONDIR"' EXIT
 mkdir -p "$IPYTHONDIR/profile_default"
 echo 'c.InlineBackend.figure_formats = {"retina"}' >"$IPYTHONDIR/profile_default/ipython_kernel_config.py"
+# No one moves a control in a build: the explorers draw their first view without an Output widget,
+# whose echo through nbclient can leave a cell waiting on its reply (annotated_transformer/book/explorer.py).
+export AT_HEADLESS=1
 jupyter-book build . --all --warningiserror --nitpick --keep-going
 python scripts/book_assets.py localise _build/html
 echo "The book is in _build/html/ (open _build/html/index.html, or serve it:"

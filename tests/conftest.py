@@ -5,6 +5,7 @@ their models with (``from conftest import tiny_config, tiny_model``)."""
 import os
 from pathlib import Path
 
+os.environ.setdefault("AT_HEADLESS", "1")  # chapters executed here: explorers drawn headless
 os.environ.setdefault("AT_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 from annotated_transformer.config import TransformerConfig  # noqa: E402 (after AT_DATA_DIR)
