@@ -36,8 +36,11 @@ def headless() -> bool:
     return os.environ.get(HEADLESS, "") not in ("", "0")
 
 
-def _control(name: str, abbreviation: Any, default: Any) -> widgets.ValueWidget:
-    """The widget ``interact`` would make of ``abbreviation`` (a widget, a tuple, a list...)."""
+def _control(name: str, abbreviation: Any, default: Any) -> widgets.ValueWidget | widgets.fixed:
+    """The widget ``interact`` would make of ``abbreviation`` (a widget, a tuple, a list...);
+    a ``widgets.fixed`` value stays as it is (``interact`` shows no control for it)."""
+    if isinstance(abbreviation, widgets.fixed):
+        return abbreviation
     if isinstance(abbreviation, widgets.ValueWidget):
         control = abbreviation
     else:
@@ -68,7 +71,8 @@ def interact(function: Callable[..., Any], **controls: Any) -> Any:
         name: _control(name, abbreviation, defaults.get(name))
         for name, abbreviation in controls.items()
     }
-    display(widgets.VBox(list(made.values()), _dom_classes=["widget-interact"]))
+    shown = [control for control in made.values() if not isinstance(control, widgets.fixed)]
+    display(widgets.VBox(shown, _dom_classes=["widget-interact"]))
     result = function(**{name: control.value for name, control in made.items()})
     show_inline_matplotlib_plots()
     if result is not None:

@@ -34,6 +34,20 @@ def test_headless_the_view_is_drawn_once_with_the_controls_values_and_no_output_
     assert [c.description for c in controls.children] == ["depth", "mode", "band"]
 
 
+def test_headless_a_fixed_value_is_passed_and_shows_no_control(monkeypatch):
+    """As widgets.interact does with widgets.fixed (chapter 11's explorer fixes two arguments)."""
+    monkeypatch.setenv(explorer.HEADLESS, "1")
+    shown, calls = [], []
+    monkeypatch.setattr(explorer, "display", shown.append)
+    explorer.interact(
+        lambda width=1, layers=2: calls.append((width, layers)),
+        width=widgets.IntSlider(value=4),
+        layers=widgets.fixed(6),
+    )
+    assert calls == [(4, 6)]
+    assert [control.description for control in shown[0].children] == ["width"]
+
+
 @pytest.mark.parametrize("value", ["", "0"])
 def test_with_a_reader_it_is_widgets_interact(monkeypatch, value):
     monkeypatch.setenv(explorer.HEADLESS, value)
