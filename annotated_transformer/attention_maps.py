@@ -25,6 +25,7 @@ Tokens are stored as the text of each piece (``" Zwei"``, ``"\\n"``, ``"</s>"``)
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -194,16 +195,19 @@ def capture_text(model: nn.Module, tokenizer: Any, text: str, *, decimals: int =
 # -- back to tensors, and to bertviz ---------------------------------------------------------
 
 
+def may_attend(stack: str, n_queries: int, n_keys: int) -> Tensor:
+    """``[T_q, T_k]``, True where a query of ``stack`` may attend to a key: every key, except in
+    the decoder's self-attention, where query ``t`` sees itself and the earlier positions."""
+    visible = torch.ones(n_queries, n_keys, dtype=torch.bool)
+    return visible.tril() if stack == "decoder" else visible
+
+
 def uniform_map(attention_map: dict[str, Any]) -> dict[str, Any]:
-    """The same map with every query spreading its weight evenly over the keys it may see (all
-    keys; in decoder self-attention, itself and the earlier positions): the baseline a measure of
-    a head is compared with. Not rounded."""
+    """The same map with every query spreading its weight evenly over the keys it may see
+    (:func:`may_attend`): the baseline a measure of a head is compared with. Not rounded."""
     uniform = dict(attention_map)
     for stack, weights in to_tensors(attention_map).items():  # [L, H, T_q, T_k]
-        n_queries, n_keys = weights.shape[-2:]
-        visible = torch.ones(n_queries, n_keys, dtype=torch.float64)
-        if stack == "decoder":
-            visible = visible.tril()
+        visible = may_attend(stack, *weights.shape[-2:]).double()  # [T_q, T_k]
         rows = visible / visible.sum(-1, keepdim=True)  # [T_q, T_k]
         uniform[stack] = rows.expand_as(weights).tolist()
     return uniform
@@ -292,6 +296,43 @@ DELIMITERS = frozenset({".", ",", "!", "?", ";", ":", "-", "<s>", "</s>", "<eos>
 def delimiter_positions(tokens: Sequence[str]) -> list[int]:
     """Positions of punctuation, start/end symbols and pure whitespace (``" "``, ``"\\n"``)."""
     return [index for index, token in enumerate(tokens) if token.strip() in DELIMITERS | {""}]
+
+
+def sink_score(weights: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """How much of a head's weight parks on one key that its queries share: an *attention sink*
+    (Xiao et al. 2024), such as BERT's heads resting on ``[SEP]`` (Clark et al. 2019).
+
+    ``weights``: ``[..., T_q, T_k]`` (one head ``[T_q, T_k]``, a layer's heads ``[H, T_q, T_k]``,
+    a batch ``[B, H, T_q, T_k]``). ``mask``: True where a query may attend to a key, broadcastable
+    to ``weights`` (``[T_q, T_k]``, e.g. :func:`may_attend`); None means every query sees every
+    key. The sink is the key that receives the most weight summed over the queries (the earliest
+    such key on a tie); the score is that sum divided by the number of queries that may attend to
+    it, so a causal query placed before the sink neither counts for nor against it.
+
+    Returns ``(score, position)``, both ``[...]``: the score is 1 when every query puts all its
+    weight on one key and ``1/T_k`` for uniform attention over all keys; uniform causal attention
+    sinks on key 0 with ``(1 + 1/2 + ... + 1/T) / T``. A delimiter head that looks at the nearest
+    boundary of each query spreads its weight over several boundaries and scores lower.
+    """
+    received = weights.sum(-2)  # [..., T_k]: the weight each key receives from all queries
+    position = received.argmax(-1, keepdim=True)  # [..., 1]
+    if mask is None:
+        viewers = torch.full_like(received, weights.size(-2))  # [..., T_k]
+    else:
+        viewers = mask.to(weights.dtype).sum(-2).expand_as(received)  # [..., T_k]
+    share = received.gather(-1, position) / viewers.gather(-1, position).clamp(min=1)  # [..., 1]
+    return share.squeeze(-1), position.squeeze(-1)
+
+
+def sink_tokens(maps: Sequence[dict[str, Any]], stack: str, layer: int, head: int) -> Counter[str]:
+    """How many of ``maps`` have their sink (the key :func:`sink_score` names) on each token, for
+    one head: ``Counter({"\\n": 32})`` says the head's sink is a newline in all 32 maps."""
+    found: Counter[str] = Counter()
+    for attention_map in maps:
+        weights = to_tensors(attention_map)[stack][layer, head]  # [T_q, T_k]
+        _, position = sink_score(weights, may_attend(stack, *weights.shape))
+        found[axis_tokens(attention_map, stack)[1][int(position)]] += 1
+    return found
 
 
 def attention_entropy(weights: Tensor) -> Tensor:
@@ -414,23 +455,23 @@ def head_scores(maps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per stack, layer and head, each measure averaged over ``maps``:
     ``previous`` (:func:`previous_token_score`, self-attention only), ``first`` (weight on key 0),
     ``last`` (on the last key: the source's end symbol in the encoder and cross-attention),
-    ``delimiter`` (on :func:`delimiter_positions`), ``entropy`` (nats) and ``max_entropy``
-    (mean ``log`` of the number of keys a query may see: the entropy of uniform attention)."""
+    ``delimiter`` (on :func:`delimiter_positions`), ``sink`` (:func:`sink_score`, causal in the
+    decoder's self-attention), ``entropy`` (nats) and ``max_entropy`` (mean ``log`` of the number
+    of keys a query may see: the entropy of uniform attention)."""
     sums: dict[tuple[str, int, int], dict[str, list[float]]] = {}
     for attention_map in maps:
         for stack, weights in to_tensors(attention_map).items():  # [L, H, T_q, T_k]
             _, key_tokens = axis_tokens(attention_map, stack)
             n_queries, n_keys = weights.shape[-2:]
-            # Causal self-attention: query t sees t + 1 keys; the others see all of them.
-            visible = (
-                torch.arange(1, n_queries + 1) if stack == "decoder" else torch.tensor([n_keys])
-            )
+            mask = may_attend(stack, n_queries, n_keys)  # [T_q, T_k]
+            visible = mask.sum(-1).double()  # [T_q]: how many keys each query sees
             scores = {
                 "first": key_mass(weights, [0]),
                 "last": key_mass(weights, [n_keys - 1]),
                 "delimiter": key_mass(weights, delimiter_positions(key_tokens)),
+                "sink": sink_score(weights, mask)[0],
                 "entropy": attention_entropy(weights),
-                "max_entropy": torch.full(weights.shape[:2], visible.double().log().mean().item()),
+                "max_entropy": torch.full(weights.shape[:2], visible.log().mean().item()),
             }
             if stack != "cross" and n_queries > 1:
                 scores["previous"] = previous_token_score(weights)

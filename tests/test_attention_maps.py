@@ -24,8 +24,11 @@ from annotated_transformer.attention_maps import (
     head_scores,
     identical_alignment,
     key_mass,
+    may_attend,
     previous_token_score,
     readable_tokens,
+    sink_score,
+    sink_tokens,
     to_tensors,
     token_strings,
     uniform_map,
@@ -267,6 +270,71 @@ def test_key_mass_on_the_first_token_and_on_delimiters():
     assert delimiter_positions(["<s>", " A", " dog", " .", "\n", " ", "</s>"]) == [0, 3, 4, 5, 6]
 
 
+def sink_head(length: int, sink: int, weight: float = 0.9) -> torch.Tensor:
+    """Causal attention: every query that may see key ``sink`` puts ``weight`` there and spreads
+    the rest evenly over the other keys it sees; the queries before it attend uniformly."""
+    weights = torch.tril(torch.ones(length, length))
+    weights /= weights.sum(-1, keepdim=True)
+    for query in range(sink, length):
+        others = query  # the keys 0 .. query other than the sink
+        weights[query, : query + 1] = (1 - weight) / others if others else 0
+        weights[query, sink] = weight if others else 1
+    return weights
+
+
+def test_a_head_parked_on_key_0_is_a_sink_at_position_0():
+    weights = torch.zeros(6, 6)
+    weights[:, 0] = 0.9
+    weights[:, 1:] = 0.1 / 5
+    score, position = sink_score(weights)
+    assert score.item() >= 0.9 - 1e-6  # six float32 0.9s summed
+    assert position.item() == 0
+    causal = sink_head(8, sink=0)
+    score, position = sink_score(causal, may_attend("decoder", 8, 8))
+    assert score.item() == pytest.approx((1 + 7 * 0.9) / 8)
+    assert position.item() == 0
+
+
+def test_a_previous_token_head_and_uniform_attention_are_no_sinks():
+    score, _ = sink_score(previous_token_head(8))  # [T, T]: a diagonal one step below
+    assert score.item() <= 2 / 8  # key 0 gets queries 0 and 1: 2 of 8
+    assert sink_score(torch.eye(8), may_attend("decoder", 8, 8))[0].item() == pytest.approx(1 / 8)
+    assert sink_score(uniform(5, 8))[0].item() == pytest.approx(1 / 8)
+    assert sink_score(uniform(5, 8))[1].item() == 0  # a tie: the earliest key
+    causal = torch.tril(torch.ones(6, 6))
+    causal /= causal.sum(-1, keepdim=True)
+    score, position = sink_score(causal, may_attend("decoder", 6, 6))
+    assert score.item() == pytest.approx(sum(1 / (t + 1) for t in range(6)) / 6)
+    assert position.item() == 0
+
+
+def test_a_causal_sink_is_scored_over_the_queries_that_may_see_it():
+    # Key 3 takes 0.9 of every query from 3 on; queries 0 to 2 cannot attend to it at all.
+    weights = sink_head(10, sink=3)
+    score, position = sink_score(weights, may_attend("decoder", 10, 10))
+    assert position.item() == 3
+    assert score.item() == pytest.approx(0.9)  # the mean over queries 3 to 9, which see it
+    # Without the mask the queries before the sink count as zeros: 7 of 10 queries.
+    assert sink_score(weights)[0].item() == pytest.approx((0.9 * 7) / 10)
+
+
+def test_sink_score_is_per_head_over_batches_and_heads():
+    heads = torch.stack([sink_head(6, sink=2), previous_token_head(6), uniform(6, 6)])
+    batch = torch.stack([heads, heads.flip(0)])  # [B=2, H=3, 6, 6]
+    score, position = sink_score(batch, may_attend("decoder", 6, 6))
+    assert score.shape == position.shape == (2, 3)
+    assert position[0].tolist() == [2, 0, 0]
+    assert torch.equal(score[1], score[0].flip(0))
+    assert score[0, 0].item() == pytest.approx(0.9)
+    assert score[0, 1].item() == pytest.approx(2 / 6)  # key 0: queries 0 and 1
+
+
+def test_sink_tokens_count_the_token_each_map_sinks_on():
+    record = hand_built_translation()  # cross head 1 rests on </s>; encoder uniform: a tie
+    assert sink_tokens([record] * 3, "cross", 0, 1) == {"</s>": 3}
+    assert sink_tokens([record], "encoder", 0, 0) == {" Zwei": 1}
+
+
 def test_identical_alignment_matches_names_numbers_and_shared_words_only():
     source = [" Zwei", " Männer", " spielen", " Ball", " in", " Berlin", " 2", " .", "</s>"]
     output = [" Two", " men", " play", " ball", " in", " Berlin", " 2", " .", "</s>"]
@@ -338,6 +406,8 @@ def test_head_scores_name_the_previous_token_and_end_symbol_heads():
         sum(1 / (t + 1) for t in range(1, 6)) / 5
     )
     assert rows[("cross", 0, 1)]["last"] == pytest.approx(1)
+    assert rows[("cross", 0, 1)]["sink"] == pytest.approx(1)  # every query on </s>
+    assert rows[("cross", 0, 0)]["sink"] == pytest.approx(1 / 6)  # the alignment: one each
     assert rows[("cross", 0, 1)]["entropy"] == pytest.approx(0)
     assert rows[("encoder", 0, 0)]["entropy"] == pytest.approx(math.log(6))
     assert rows[("encoder", 0, 0)]["max_entropy"] == pytest.approx(math.log(6))
@@ -355,6 +425,10 @@ def test_uniform_map_is_the_baseline_of_each_measure():
     )
     assert baseline[("encoder", 0, 1)]["previous"] == pytest.approx(1 / 6)
     assert baseline[("cross", 0, 0)]["entropy"] == pytest.approx(math.log(6))
+    assert baseline[("cross", 0, 0)]["sink"] == pytest.approx(1 / 6)
+    assert baseline[("decoder", 0, 0)]["sink"] == pytest.approx(
+        sum(1 / (t + 1) for t in range(6)) / 6
+    )  # causal: key 0 is seen by every query
     for row in baseline.values():
         assert row["entropy"] == pytest.approx(row["max_entropy"])
 
