@@ -36,6 +36,12 @@ old names. ``at.diagrams`` is imported on first use, so that the package runs wi
 matplotlib.
 """
 
+# First, before this package imports torch: on a Mac, what MPS lacks runs on the CPU (torch reads
+# the setting once, when it is imported). The chapters' first cell does the same, since a chapter
+# imports torch before the package (annotated_transformer.book.colab).
+from .training import mps as _mps  # noqa: F401  (sets the fallback when imported)
+
+# isort: split
 from .attention import (
     DecoderCache,
     KVCache,

@@ -5,7 +5,9 @@ The repository's address and revision live in one place, the book's ``_config.ym
 Colab button opens a chapter at that revision, and the chapter's first cell clones the same
 revision (shallow), installs it in place (``pip install -e``) and runs from its ``chapters/``
 folder, so that the chapter sees the stored results (``../results``) and shipped models
-(``../models``) exactly as in a checkout. Outside Colab the cell does nothing.
+(``../models``) exactly as in a checkout. Outside Colab it does one thing, on a Mac only: it lets
+the operations Apple's GPU (MPS) lacks run on the CPU, which torch reads once, when the chapter
+imports it next (the package does the same for the command line: ``annotated_transformer.training.mps``).
 
 The cell is plain Python (no ``!``/``%`` magics), written from :func:`first_cell`; after changing
 ``_config.yml``, rewrite every chapter's first cell with::
@@ -29,11 +31,13 @@ MARKER = "# On Colab"  # how a chapter's first cell starts
 _TEMPLATE = """\
 # On Colab: the course at the revision the book names (_config.yml), with its stored results
 # and shipped models, installed in place; the chapter then runs from its chapters/ folder, as in
-# a checkout. Elsewhere this cell does nothing.
+# a checkout. On a Mac: what Apple's GPU lacks runs on the CPU (set before torch is imported).
+import os
 import sys
 
+if sys.platform == "darwin":
+    os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
 if "google.colab" in sys.modules:
-    import os
     import subprocess
 
     REPOSITORY = {repository}

@@ -13,6 +13,7 @@
     run_folder.py     run.json: a run folder that describes itself
     provenance.py     code version, software, device, date: where a result came from
     distributed.py    torchrun with DistributedDataParallel; the device choice
+    mps.py            on a Mac, the CPU fallback for what MPS lacks (set before torch loads)
     training_log.py   the history rows as TensorBoard curves
 
 It imports the concepts (``config``, ``model``, ``losses``, ``optim``, ``metrics``), ``data``

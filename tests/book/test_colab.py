@@ -1,6 +1,7 @@
 """Every chapter's first cell (annotated_transformer.book.colab): one address, one revision, and on
 Colab a chapter that sees the stored results, tested against a local clone (no network)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,16 @@ def test_the_cell_does_nothing_outside_colab(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = colab.first_cell("file:///nowhere", "main", home=str(tmp_path / "course"))
     exec(compile(source, "first-cell", "exec"), {})
+    assert Path.cwd() == tmp_path and not (tmp_path / "course").exists()
+
+
+def test_on_a_mac_the_cell_lets_ops_mps_lacks_fall_back_to_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    source = colab.first_cell("file:///nowhere", "main", home=str(tmp_path / "course"))
+    exec(compile(source, "first-cell", "exec"), {})
+    assert os.environ["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert Path.cwd() == tmp_path and not (tmp_path / "course").exists()
 
 

@@ -143,3 +143,34 @@ def test_the_command_line_accepts_device_mps(monkeypatch, capsys):
         main(["train", "--task", "copy", "--device", "mps", "--quiet"])
     err = capsys.readouterr().err
     assert "invalid choice" not in err and "device='mps' is not available" in err
+
+
+@pytest.mark.parametrize(
+    ("platform", "preset", "expected"),
+    [("darwin", None, "1"), ("darwin", "0", "0"), ("linux", None, None), ("win32", None, None)],
+)
+def test_on_a_mac_ops_mps_lacks_fall_back_to_the_cpu_unless_the_reader_says_otherwise(
+    platform, preset, expected
+):
+    from annotated_transformer.training.mps import MPS_FALLBACK, enable_mps_fallback
+
+    environ = {} if preset is None else {MPS_FALLBACK: preset}
+    enable_mps_fallback(platform, environ)
+    assert environ.get(MPS_FALLBACK) == expected
+
+
+def test_the_package_sets_the_mps_fallback_before_it_imports_torch():
+    """torch reads the variable when it is imported: the package's first import is the one that
+    sets it, and torch comes after it."""
+    code = (
+        "import sys\n"
+        "order = []\n"
+        "class Record:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        order.append(name)\n"
+        "sys.meta_path.insert(0, Record())\n"
+        "import annotated_transformer\n"
+        "print(order.index('annotated_transformer.training.mps') < order.index('torch'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
