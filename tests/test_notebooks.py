@@ -95,3 +95,29 @@ def test_chapter_has_exercises_with_hidden_solutions_and_a_summary(chapter):
     assert hidden, f"{chapter.name} has no solution behind a toggle (tag hide-cell)"
     assert re.search(r"^#+ .*Summary", markdown, re.M), f"{chapter.name} has no summary"
     assert "ipywidgets" in "".join(source(cell) for cell in chapter_cells), "no explorer"
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::[a-z]+)?\}`([^`]*)`")
+GLUED = re.compile(r"""glue\(\s*f?(?:"([^"]+)"|'([^']+)')""")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda path: path.stem)
+def test_every_glue_reference_is_well_formed_and_glued_by_the_chapter(chapter):
+    """`{glue:text}`name:.2f`` with a stray brace or a missing backtick renders as raw text and
+    the build does not say so; and a name no code cell glues fails only at build time."""
+    glued = [name for cell in cells(chapter) if cell["cell_type"] == "code"
+             for pair in GLUED.findall(source(cell)) for name in pair if name]  # fmt: skip
+    patterns = [re.escape(name).replace(r"\{", "{").replace(r"\}", "}") for name in glued]
+    patterns = [re.sub(r"\{[^}]*\}", r"\\w+", pattern) for pattern in patterns]  # f-strings
+    for cell in cells(chapter):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = source(cell)
+        assert text.count("{glue") == len(GLUE_ROLE.findall(text)), cell.get("id")
+        for reference in GLUE_ROLE.findall(text):
+            assert re.fullmatch(r"[A-Za-z_]\w*(:[^`{}\s]*)?", reference), (
+                cell.get("id"),
+                reference,
+            )
+            name = reference.split(":")[0]
+            assert any(re.fullmatch(p, name) for p in patterns), (cell.get("id"), name)
