@@ -271,12 +271,11 @@ def _language_model_bigram(task: str, tokens: int | None) -> tuple[float, float,
 @functools.lru_cache(maxsize=16)
 def _source_copied_bleu(task: str, sentences: int | None) -> tuple[float, str, str, int]:
     from ..data import load_translation_corpus
-    from ..metrics import corpus_bleu
+    from ..tasks.baselines import copied_source_bleu
 
     corpus = load_translation_corpus(task)
-    pairs = corpus.splits["test"][:sentences]
-    score = corpus_bleu([source for source, _ in pairs], [target for _, target in pairs])
-    return score.score, corpus.source, corpus.target, len(pairs)
+    scored = len(corpus.splits["test"][:sentences])
+    return copied_source_bleu(task, "test", sentences), corpus.source, corpus.target, scored
 
 
 def trivial_baseline(study: StoredStudy) -> TrivialBaseline | None:

@@ -1,9 +1,11 @@
-"""Count baselines for language models: what a table of counts alone achieves (chapters 08, 09).
+"""Trivial baselines: what a table of counts, or copying the input, achieves (chapters 08, 09).
 
 A Transformer's validation loss means little on its own: a model that has only learnt which
 symbol tends to follow which sits at the *bigram* level, and one that has learnt nothing but
 symbol frequencies at the *unigram* level. These functions compute both from the training split,
-so that every language-model result in the book can be printed beside them.
+so that every language-model result in the book can be printed beside them. A translation's
+BLEU is set beside :func:`copied_source_bleu`: each source sentence left untranslated, which
+scores above zero wherever the two languages share names, numbers and punctuation.
 
 - unigram: ``p(w) = (c(w) + 1) / (N + V)`` (add-one, so that no symbol has probability zero);
 - bigram, interpolated with that unigram (Jelinek & Mercer 1980):
@@ -15,6 +17,7 @@ Losses are mean negative log-likelihoods in nats per token, the unit of the trai
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -103,3 +106,19 @@ def count_baselines(
         bigram_loss=_interpolated_loss(parts, lam),
         lam=lam,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def copied_source_bleu(task: str, split: str = "test", sentences: int | None = None) -> float:
+    """sacreBLEU (cased, detokenized, as the runs are scored) of each source sentence of a
+    translation task's ``split``, the first ``sentences`` of it or all, given as its own
+    translation. Reads the corpus (through ``AT_DATA_DIR``, the cache or a download); cached per
+    process."""
+    from ..data import load_translation_corpus
+    from ..metrics import corpus_bleu
+
+    splits = load_translation_corpus(task).splits
+    if split not in splits:
+        raise ValueError(f"split={split!r} is not one of: {', '.join(splits)}")
+    pairs = splits[split][:sentences]
+    return corpus_bleu([source for source, _ in pairs], [target for _, target in pairs]).score

@@ -193,3 +193,24 @@ def test_only_chapter_08s_twin_lookup_asks_for_leak_twins():
     assert asking == ["08_training.ipynb"]
     text = (chapters / "08_training.ipynb").read_text()
     assert text.count("leak_twins=") == 1 and "leak_twins=twin" in text
+
+
+def test_chapter_08_reads_the_leak_twin_only_where_it_is_shown_as_a_leak():
+    """The twin trained without the causal mask is looked up (``twin=True``) in the section on
+    leaks and in the one on the report's masked model, which set it beside the causal model as
+    what it is; never in the reference results, the per-task runs or the costs."""
+    import json
+    from pathlib import Path
+
+    chapter = Path(__file__).resolve().parents[2] / "chapters" / "08_training.ipynb"
+    allowed = ("## A perplexity that is too good is a leak", "## The report's 40.8")
+    section, lookups = None, []
+    for cell in json.loads(chapter.read_text())["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            headings = [line for line in text.splitlines() if line.startswith("## ")]
+            section = headings[-1] if headings else section
+        elif "twin=True" in text:
+            lookups.append(section)
+    assert lookups, "chapter 08 no longer looks the twin up: update this test"
+    assert all(found and found.startswith(allowed) for found in lookups), lookups

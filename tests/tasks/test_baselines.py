@@ -9,6 +9,7 @@ import torch
 from annotated_transformer.tasks.baselines import (
     LAMBDAS,
     bigram_loss,
+    copied_source_bleu,
     count_baselines,
     unigram_log_probs,
 )
@@ -83,3 +84,21 @@ def test_a_large_vocabulary_needs_no_table_of_every_pair():
     loss = bigram_loss(train, torch.tensor([999_999, 5]), 1_000_000, 0.5)
     unigram = 3 / (5 + 1_000_000)  # c(5) = 2, add one
     assert loss == pytest.approx(-math.log(0.5 * 1.0 + 0.5 * unigram))
+
+
+def test_the_copied_source_is_sacrebleu_of_each_source_as_its_own_translation():
+    import sacrebleu
+
+    from annotated_transformer.data import load_translation_corpus
+
+    pairs = load_translation_corpus("multi30k").splits["test"]
+    expected = sacrebleu.corpus_bleu([s for s, _ in pairs], [[t for _, t in pairs]]).score
+    assert copied_source_bleu("multi30k") == pytest.approx(expected)
+    # German left as it is shares names, numbers and punctuation with English, little else
+    assert 0.1 < expected < 5
+    first = [s for s, _ in pairs[:100]], [[t for _, t in pairs[:100]]]
+    assert copied_source_bleu("multi30k", "test", 100) == pytest.approx(
+        sacrebleu.corpus_bleu(*first).score
+    )
+    with pytest.raises(ValueError, match="split='dev' is not one of: train, valid, test"):
+        copied_source_bleu("multi30k", "dev")
