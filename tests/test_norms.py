@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.norms import NORM_CHOICES, LayerNorm, RMSNorm, build_norm
@@ -138,3 +139,27 @@ def test_formula_and_fused_kernel_agree_in_value_and_gradient(norm_class):
     (gradient_fused,) = torch.autograd.grad(fused(x).square().sum(), x)
     (gradient_formula,) = torch.autograd.grad(formula(x).square().sum(), x)
     torch.testing.assert_close(gradient_fused, gradient_formula, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rmsnorm_in_half_precision_on_the_cpu_matches_the_fused_kernel(dtype):
+    """The formula that replaces F.rms_norm for a half-precision input on the CPU: the same
+    output and gradients as the fused kernel, to one rounding of that precision."""
+    torch.manual_seed(0)
+    x = (3 * torch.randn(4, 10, 64)).to(dtype).requires_grad_()  # [B, T, d_model]
+    ours = with_random_parameters(RMSNorm(64))
+    output = ours(x)
+    assert output.dtype == dtype
+    grad = torch.randn_like(output)
+    output.backward(grad)
+    x_grad, weight_grad = x.grad.clone(), ours.weight.grad.clone()
+    x.grad, ours.weight.grad = None, None
+    fused = F.rms_norm(x, (64,), ours.weight.to(dtype), ours.eps)  # the kernel it replaces
+    fused.backward(grad)
+    tolerance = {"atol": 0.05, "rtol": 0.02}  # a few roundings of an 8-bit mantissa
+    torch.testing.assert_close(output, fused, **tolerance)
+    torch.testing.assert_close(x_grad, x.grad, **tolerance)
+    torch.testing.assert_close(weight_grad, ours.weight.grad, atol=0.5, rtol=0.02)
+    exact = RMSNorm(64).double()
+    exact.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(output.double(), exact(x.double()), atol=0.1, rtol=0.02)
