@@ -7,6 +7,7 @@
     fit.py            fit_task: seed, build the model, train (CLI, chapters 08-10, ablations)
     early_stopping.py stop when an evaluation metric has not improved for a while
     checkpoint.py     checkpoints that survive a crash and never run code when loaded
+    averaging.py      the weights of the last evaluations kept, and their mean
     resuming.py       what may differ between a checkpoint and the run that resumes it
     run_state.py      the random generators' states and the history beside the weights
     run_lock.py       one run at a time per run directory

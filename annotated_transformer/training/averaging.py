@@ -1,0 +1,117 @@
+"""Checkpoint averaging: the mean of a run's last few weights, a free gain for translation.
+
+Vaswani et al. (2017, §6.1) report their base models "using a single model obtained by averaging
+the last 5 checkpoints, which were written at 10-minute intervals". Late in a run the weights
+wander around a minimum with the noise of the updates; their mean lies nearer its centre than
+any one of them. Two pieces:
+
+- :class:`KeepEvaluations`, a :class:`~annotated_transformer.training.trainer.Trainer` callback
+  that writes the model's weights at each evaluation to ``eval-<step>.pt`` in the run's folder
+  and keeps only the newest ``keep`` of them;
+- :func:`average_checkpoints`, the element-wise mean of the weights of several checkpoints of one
+  model, as a state dict to load into it.
+
+    trainer.add_callback("on_evaluate", KeepEvaluations(run_dir, keep=5))
+    trainer.fit()
+    model.load_state_dict(average_checkpoints(evaluation_checkpoints(run_dir)))
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .checkpoint import CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+
+EVALUATION_FILE = re.compile(r"eval-(\d+)\.pt")
+
+
+def evaluation_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The ``eval-<step>.pt`` files of a run folder, oldest first (by step)."""
+    found = [
+        (int(match.group(1)), path)
+        for path in Path(directory).glob("eval-*.pt")
+        if (match := EVALUATION_FILE.fullmatch(path.name))
+    ]
+    return [path for _, path in sorted(found)]
+
+
+class KeepEvaluations:
+    """An ``on_evaluate`` callback: the model's weights (and its config, so that the file loads
+    alone) written to ``directory/eval-<step>.pt`` at each evaluation, atomically; the oldest
+    removed beyond ``keep``."""
+
+    def __init__(self, directory: str | os.PathLike, keep: int = 5) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep={keep!r} is not accepted: use a whole number of files >= 1")
+        self.directory, self.keep = Path(directory), keep
+
+    def __call__(self, trainer: Any, metrics: dict[str, float]) -> None:
+        if not trainer.distributed.is_main:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "step": trainer.step,
+            "model_config": trainer.model_config.to_dict(),
+            "model": {name: tensor.detach().clone() for name, tensor in _weights(trainer).items()},
+            "metrics": dict(metrics),
+        }
+        save_checkpoint(self.directory / f"eval-{trainer.step:07d}.pt", state)
+        for old in evaluation_checkpoints(self.directory)[: -self.keep]:
+            old.unlink(missing_ok=True)
+
+
+def _weights(trainer: Any) -> dict[str, Tensor]:
+    model = getattr(trainer.model, "module", trainer.model)  # DistributedDataParallel
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    return model.state_dict()
+
+
+def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]:
+    """The element-wise mean of the ``model`` weights of the checkpoints at ``paths``.
+
+    Floating-point tensors are summed in float64 and returned in their own dtype; any other
+    tensor (an integer buffer) must be equal in every file and is returned as it is. Every
+    checkpoint must be of the same model: the same ``model_config``, the same names and shapes.
+
+    Raises:
+        CheckpointError: no paths, a file that is not a checkpoint (see :func:`load_checkpoint`),
+            or checkpoints of different models, naming the files.
+    """
+    if not paths:
+        raise CheckpointError("average_checkpoints needs at least one checkpoint; got none")
+    first_path, total, reference = Path(paths[0]), {}, None
+    for path in map(Path, paths):
+        state = load_checkpoint(path)
+        weights, config = state.get("model"), state.get("model_config")
+        if not isinstance(weights, dict):
+            raise CheckpointError(f"{path} holds no model weights (no 'model' entry)")
+        if reference is None:
+            reference = (config, {name: tuple(t.shape) for name, t in weights.items()})
+            total = {
+                name: t.double() if t.is_floating_point() else t for name, t in weights.items()
+            }
+            dtypes = {name: t.dtype for name, t in weights.items()}
+            continue
+        shapes = {name: tuple(t.shape) for name, t in weights.items()}
+        if config != reference[0] or shapes != reference[1]:
+            raise CheckpointError(
+                f"{path} and {first_path} are checkpoints of different models (their model "
+                f"configs or weight shapes differ): only checkpoints of one run can be averaged"
+            )
+        for name, tensor in weights.items():
+            if tensor.is_floating_point():
+                total[name] += tensor.double()
+            elif not torch.equal(tensor, total[name]):
+                raise CheckpointError(f"{path}: the buffer {name!r} differs from {first_path}'s")
+    return {
+        name: (tensor / len(paths)).to(dtypes[name]) if tensor.is_floating_point() else tensor
+        for name, tensor in total.items()
+    }

@@ -1,0 +1,73 @@
+"""averaging.py: the evaluation checkpoints a run keeps, and their mean against one by hand."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from test_train import RandomSource, quiet_config, random_batch
+
+from annotated_transformer.training.averaging import (
+    KeepEvaluations,
+    average_checkpoints,
+    evaluation_checkpoints,
+)
+from annotated_transformer.training.checkpoint import CheckpointError, load_checkpoint
+from annotated_transformer.training.trainer import Trainer
+
+
+def trained_run(tmp_path, keep=3, max_steps=10, eval_every=2):
+    config = quiet_config(max_steps=max_steps, eval_every=eval_every, checkpoint_dir=tmp_path)
+    model = tiny_model()
+    held_out = [random_batch(torch.Generator().manual_seed(1))]
+    trainer = Trainer(model, config, RandomSource(), held_out)
+    trainer.add_callback("on_evaluate", KeepEvaluations(tmp_path, keep=keep))
+    trainer.fit()
+    return trainer
+
+
+def test_a_run_keeps_the_weights_of_its_last_evaluations_only(tmp_path):
+    trainer = trained_run(tmp_path, keep=3, max_steps=10, eval_every=2)
+    kept = evaluation_checkpoints(tmp_path)
+    assert [load_checkpoint(path)["step"] for path in kept] == [6, 8, 10]
+    last = load_checkpoint(kept[-1])
+    for name, tensor in trainer.model.state_dict().items():  # the newest: the final weights
+        torch.testing.assert_close(last["model"][name], tensor, rtol=0, atol=0)
+    assert "loss" in last["metrics"]
+
+
+def test_the_average_is_the_mean_of_the_weights_computed_by_hand(tmp_path):
+    trained_run(tmp_path, keep=3)
+    paths = evaluation_checkpoints(tmp_path)
+    states = [load_checkpoint(path)["model"] for path in paths]
+    averaged = average_checkpoints(paths)
+    assert averaged.keys() == states[0].keys()
+    for name in averaged:
+        by_hand = sum(state[name].double() for state in states) / len(states)
+        torch.testing.assert_close(averaged[name].double(), by_hand)
+        assert averaged[name].dtype == states[0][name].dtype
+    moved = [name for name in averaged if not torch.equal(states[0][name], states[-1][name])]
+    assert moved, "the weights did not change between evaluations: the test shows nothing"
+    model = tiny_model()
+    model.load_state_dict(averaged)  # a state dict the model takes as it is
+    # one checkpoint averaged is itself
+    single = average_checkpoints(paths[-1:])
+    for name, tensor in states[-1].items():
+        torch.testing.assert_close(single[name], tensor, rtol=0, atol=0)
+
+
+def test_checkpoints_of_different_models_are_refused_naming_the_files(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    trained_run(first, keep=1, max_steps=2)
+    config = quiet_config(max_steps=2, eval_every=2, checkpoint_dir=second)
+    held_out = [random_batch(torch.Generator().manual_seed(1))]
+    other = Trainer(tiny_model(d_ff=64), config, RandomSource(), held_out)
+    other.add_callback("on_evaluate", KeepEvaluations(second, keep=1))
+    other.fit()
+    paths = evaluation_checkpoints(first) + evaluation_checkpoints(second)
+    with pytest.raises(CheckpointError, match=r"are checkpoints of different models"):
+        average_checkpoints(paths)
+    with pytest.raises(CheckpointError, match="needs at least one checkpoint"):
+        average_checkpoints([])
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        average_checkpoints([tmp_path / "missing.pt"])
+    with pytest.raises(ValueError, match=r"keep=0 is not accepted"):
+        KeepEvaluations(tmp_path, keep=0)
