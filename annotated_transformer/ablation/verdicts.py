@@ -271,11 +271,11 @@ def _language_model_bigram(task: str, tokens: int | None) -> tuple[float, float,
 @functools.lru_cache(maxsize=16)
 def _source_copied_bleu(task: str, sentences: int | None) -> tuple[float, str, str, int]:
     from ..data import load_translation_corpus
-    from ..tasks.baselines import copied_source_bleu
+    from ..tasks.baselines import copied_source_score
 
-    corpus = load_translation_corpus(task)
-    scored = len(corpus.splits["test"][:sentences])
-    return copied_source_bleu(task, "test", sentences), corpus.source, corpus.target, scored
+    corpus = load_translation_corpus(task)  # read once: the score and the languages' names
+    pairs = corpus.splits["test"][:sentences]
+    return copied_source_score(pairs), corpus.source, corpus.target, len(pairs)
 
 
 def trivial_baseline(study: StoredStudy) -> TrivialBaseline | None:

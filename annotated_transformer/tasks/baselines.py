@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -108,17 +109,22 @@ def count_baselines(
     )
 
 
+def copied_source_score(pairs: Sequence[tuple[str, str]]) -> float:
+    """sacreBLEU (cased, detokenized, as the runs are scored) of each ``(source, target)`` pair's
+    source given as its own translation."""
+    from ..metrics import corpus_bleu
+
+    return corpus_bleu([source for source, _ in pairs], [target for _, target in pairs]).score
+
+
 @functools.lru_cache(maxsize=16)
 def copied_source_bleu(task: str, split: str = "test", sentences: int | None = None) -> float:
-    """sacreBLEU (cased, detokenized, as the runs are scored) of each source sentence of a
-    translation task's ``split``, the first ``sentences`` of it or all, given as its own
-    translation. Reads the corpus (through ``AT_DATA_DIR``, the cache or a download); cached per
+    """:func:`copied_source_score` of a translation task's ``split`` (its first ``sentences``, or
+    all). Reads the corpus (through ``AT_DATA_DIR``, the cache or a download); cached per
     process."""
     from ..data import load_translation_corpus
-    from ..metrics import corpus_bleu
 
     splits = load_translation_corpus(task).splits
     if split not in splits:
         raise ValueError(f"split={split!r} is not one of: {', '.join(splits)}")
-    pairs = splits[split][:sentences]
-    return corpus_bleu([source for source, _ in pairs], [target for _, target in pairs]).score
+    return copied_source_score(splits[split][:sentences])

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from .distributed import unwrap
 
 EVALUATION_FILE = re.compile(r"eval-(\d+)\.pt")
 
@@ -60,18 +61,15 @@ class KeepEvaluations:
             "format": CHECKPOINT_FORMAT,
             "step": trainer.step,
             "model_config": trainer.model_config.to_dict(),
-            "model": {name: tensor.detach().clone() for name, tensor in _weights(trainer).items()},
+            "model": {
+                name: tensor.detach().clone()
+                for name, tensor in unwrap(trainer.model).state_dict().items()
+            },
             "metrics": dict(metrics),
         }
         save_checkpoint(self.directory / f"eval-{trainer.step:07d}.pt", state)
         for old in evaluation_checkpoints(self.directory)[: -self.keep]:
             old.unlink(missing_ok=True)
-
-
-def _weights(trainer: Any) -> dict[str, Tensor]:
-    model = getattr(trainer.model, "module", trainer.model)  # DistributedDataParallel
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    return model.state_dict()
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]:
