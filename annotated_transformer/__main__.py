@@ -1,4 +1,4 @@
-"""The command line: ``python -m annotated_transformer {train,generate,translate,evaluate}``.
+"""The command line: ``python -m annotated_transformer {train,generate,translate,evaluate,average}``.
 
 Examples::
 
@@ -16,6 +16,9 @@ Examples::
     python -m annotated_transformer train --task copy --set arch=decoder-only --out runs/copy-lm
     python -m annotated_transformer generate runs/copy-lm/best.pt --prompt "3141592653|" --temperature 0
     python -m annotated_transformer evaluate runs/copy/best.pt --split test
+    python -m annotated_transformer train --task copy --out runs/avg --set train.keep_evaluations=5 \\
+        --set train.eval_every=100
+    python -m annotated_transformer average runs/avg       # writes runs/avg/averaged.pt
 
 Settings come from, later ones winning: the dataclasses' defaults, the task's defaults, the
 ``--config`` file (JSON, or YAML when PyYAML is installed), ``--set key=value`` (repeatable), and
@@ -64,7 +67,8 @@ from .tasks.profiles import profile_names
 from .tasks.settings import read_config_file, resolve_key
 from .tasks.task_options import TASKS, TaskInfo, check_options, task_spec
 from .tasks.train_settings import resolve_settings, settings_help, train_fields
-from .training.checkpoint import check_entries, load_model
+from .training.averaging import average_run
+from .training.checkpoint import check_entries, load_model, save_checkpoint
 from .training.distributed import DEVICE_CHOICES, init_distributed, resolve_device
 from .training.fit import fit_task, run_configs
 from .training.run_folder import (
@@ -231,6 +235,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-bleu", action="store_true", help="skip decoding (BLEU and chrF)"
     )
     evaluate_command.set_defaults(handler=_evaluate)
+
+    average_command = commands.add_parser(
+        "average",
+        help="average a run's last evaluation snapshots into one checkpoint",
+        description=(
+            "The element-wise mean of the weights a run kept at its last evaluations "
+            "(eval-<step>.pt, written when trained with --set train.keep_evaluations=N), as one "
+            "checkpoint that evaluate, translate and generate read (chapter 06, section 11)."
+        ),
+    )
+    average_command.add_argument("run", type=Path, help="the run folder (train's --out)")
+    average_command.add_argument(
+        "--last", type=_positive_int, help="average the newest N snapshots (default: all kept)"
+    )
+    average_command.add_argument(
+        "--out", type=Path, help="the checkpoint to write (default: RUN/averaged.pt)"
+    )
+    average_command.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it exists"
+    )
+    average_command.set_defaults(handler=_average)
     return parser
 
 
@@ -573,6 +598,22 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps({"checkpoint": str(args.checkpoint), "split": args.split, **metrics}))
     if distributed.world_size > 1:
         torch.distributed.destroy_process_group()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# average
+
+
+def _average(args: argparse.Namespace) -> int:
+    out = args.out or args.run / "averaged.pt"
+    state = average_run(args.run, args.last)  # every check of the run's snapshots first
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory: name the checkpoint file to write")
+    if out.exists() and not args.overwrite:
+        raise ValueError(f"{out} exists: replace it with --overwrite, or name another --out")
+    save_checkpoint(out, state)
+    print(json.dumps({"checkpoint": str(out), "averaged": state["averaged_from"]}))
     return 0
 
 

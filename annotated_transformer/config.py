@@ -266,6 +266,9 @@ class TrainConfig:
     early_stopping_mode: str = "auto"  # auto: max for accuracy/bleu/chrf, min otherwise
     checkpoint_dir: str | None = None  # None: write nothing (a notebook experiment)
     save_every: int | None = None  # updates between last.pt saves; None: at each evaluation
+    # the weights of the last N evaluations kept as checkpoint_dir/eval-<step>.pt, for averaging
+    # (training.averaging; the command line's `average`); 0: none kept
+    keep_evaluations: int = 0
     seed: int = 0
     device: str = "auto"  # auto: cuda, else mps (Apple silicon), else cpu
     # bf16: autocast to bfloat16 (CUDA; on CPU, CPU autocast); auto: bf16 where the device has it
@@ -286,7 +289,7 @@ class TrainConfig:
         for name in ("eval_every", "eval_batches", "early_stopping_patience", "save_every"):
             if getattr(self, name) is not None:
                 check_positive_int(name, getattr(self, name))
-        for name in ("warmup", "seed"):
+        for name in ("warmup", "seed", "keep_evaluations"):
             check_non_negative_int(name, getattr(self, name))
         for name in ("lr", "eps", "noam_factor"):
             check_number(name, getattr(self, name), low=0.0, low_open=True)

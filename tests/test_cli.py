@@ -305,6 +305,37 @@ def test_generate_continues_a_prompt_with_a_decoder_only_model(tmp_path, capsys)
         assert run(capsys, "generate", *prompt, "--temperature", tiny, "--seed", "3") == (0, greedy)
 
 
+def test_average_writes_the_mean_of_the_kept_snapshots_and_evaluate_reads_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--task", "copy", "--out", out, *TINY_MODEL, "--quiet"]
+    steps = ["--set", "max_steps=6", "--set", "warmup=1", "--set", "eval_every=2"]
+    steps += ["--set", "keep_evaluations=2"]
+    assert run(capsys, *argv, *steps)[0] == 0
+    assert sorted(path.name for path in out.glob("eval-*.pt")) == [
+        "eval-0000004.pt",
+        "eval-0000006.pt",
+    ]
+    code, printed = run(capsys, "average", out)
+    assert code == 0
+    report = json.loads(printed)
+    assert report["checkpoint"] == str(out / "averaged.pt")
+    assert [entry["step"] for entry in report["averaged"]] == [4, 6]
+    averaged = load_checkpoint(out / "averaged.pt")["model"]
+    newest, older = (load_checkpoint(out / e["file"])["model"] for e in report["averaged"][::-1])
+    name = next(name for name in averaged if averaged[name].is_floating_point())
+    torch.testing.assert_close(averaged[name], (newest[name] + older[name]) / 2)
+    code, printed = run(capsys, "evaluate", out / "averaged.pt", "--max-batches", "1")
+    assert code == 0 and json.loads(printed)["tokens"] > 0
+    with pytest.raises(SystemExit) as exit_info:  # nothing is replaced unasked
+        main(["average", str(out), "--last", "1"])
+    assert exit_info.value.code == 2
+    assert "averaged.pt exists: replace it with --overwrite" in capsys.readouterr().err
+    assert run(capsys, "average", out, "--last", "1", "--overwrite")[0] == 0
+    # a new run in the folder replaces the snapshots and their average with the rest
+    assert run(capsys, *argv, *FEW_STEPS, "--overwrite")[0] == 0
+    assert not list(out.glob("eval-*.pt")) and not (out / "averaged.pt").exists()
+
+
 def test_commands_refuse_a_checkpoint_of_the_wrong_architecture(copy_run, capsys):
     directory, _ = copy_run
     with pytest.raises(SystemExit) as exit_info:
@@ -331,6 +362,9 @@ def test_commands_refuse_a_checkpoint_of_the_wrong_architecture(copy_run, capsys
         (["translate", "x.pt", "--beam", "0"], "0 is not accepted: use a positive integer"),
         (["generate", "x.pt", "--prompt", "1", "--top-p", "2"], "use a number in (0, 1]"),
         (["evaluate", "missing.pt"], "no checkpoint at missing.pt"),
+        (["average", "missing-run"], "missing-run is not a run folder"),
+        (["average", "run", "--last", "0"], "0 is not accepted: use a positive integer"),
+        (["train", "--task", "copy", "--set", "keep_evaluations=-1"], "keep_evaluations=-1"),
         (["fly"], "invalid choice: 'fly'"),
     ],
 )

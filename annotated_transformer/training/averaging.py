@@ -14,6 +14,15 @@ any one of them. Two pieces:
     trainer.add_callback("on_evaluate", KeepEvaluations(run_dir, keep=5))
     trainer.fit()
     model.load_state_dict(average_checkpoints(evaluation_checkpoints(run_dir)))
+
+A :class:`~annotated_transformer.config.TrainConfig` with ``keep_evaluations=5`` adds the callback
+itself, and :func:`average_run` turns a run folder's snapshots into one checkpoint; from the
+command line::
+
+    python -m annotated_transformer train --task multi30k --out runs/m30k \
+        --set train.keep_evaluations=5
+    python -m annotated_transformer average runs/m30k            # writes runs/m30k/averaged.pt
+    python -m annotated_transformer evaluate runs/m30k/averaged.pt --split test --beam 4
 """
 
 from __future__ import annotations
@@ -33,20 +42,22 @@ from .distributed import unwrap
 EVALUATION_FILE = re.compile(r"eval-(\d+)\.pt")
 
 
-def evaluation_checkpoints(directory: str | os.PathLike) -> list[Path]:
-    """The ``eval-<step>.pt`` files of a run folder, oldest first (by step)."""
+def evaluation_checkpoints(directory: str | os.PathLike, after: int | None = None) -> list[Path]:
+    """The ``eval-<step>.pt`` files of a run folder, oldest first (by step); with ``after``, only
+    those of later steps."""
     found = [
         (int(match.group(1)), path)
         for path in Path(directory).glob("eval-*.pt")
         if (match := EVALUATION_FILE.fullmatch(path.name))
     ]
-    return [path for _, path in sorted(found)]
+    return [path for step, path in sorted(found) if after is None or step > after]
 
 
 class KeepEvaluations:
-    """An ``on_evaluate`` callback: the model's weights (and its config, so that the file loads
-    alone) written to ``directory/eval-<step>.pt`` at each evaluation, atomically; the oldest
-    removed beyond ``keep``."""
+    """An ``on_evaluate`` callback: the model's weights written to ``directory/eval-<step>.pt`` at
+    each evaluation, atomically; the oldest removed beyond ``keep``. A file holds the model's
+    config, tokenizer and task beside the weights and the evaluation's metrics, so that it loads
+    alone (``evaluate``, ``translate``); no optimizer state (it does not resume a run)."""
 
     def __init__(self, directory: str | os.PathLike, keep: int = 5) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -65,6 +76,8 @@ class KeepEvaluations:
                 name: tensor.detach().clone()
                 for name, tensor in unwrap(trainer.model).state_dict().items()
             },
+            "tokenizer": trainer.tokenizer,
+            "task": trainer.task,
             "metrics": dict(metrics),
         }
         save_checkpoint(self.directory / f"eval-{trainer.step:07d}.pt", state)
@@ -112,4 +125,49 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Tensor]
     return {
         name: (tensor / len(paths)).to(dtypes[name]) if tensor.is_floating_point() else tensor
         for name, tensor in total.items()
+    }
+
+
+def average_run(directory: str | os.PathLike, last: int | None = None) -> dict[str, Any]:
+    """A checkpoint of the mean of a run folder's last ``last`` evaluation snapshots (every one
+    kept when None): the newest snapshot's config, tokenizer and task with the averaged weights,
+    and ``averaged_from``, the files and steps that went in. It loads as any checkpoint does
+    (``evaluate``, ``translate``, ``generate``); it does not resume a run.
+
+    Raises:
+        CheckpointError: no such folder, no snapshots in it (the run kept none: train with
+            ``train.keep_evaluations=N``), fewer than ``last``, or snapshots that do not load
+            or are of different models.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a run folder (no such directory)")
+    kept = evaluation_checkpoints(directory)
+    if not kept:
+        raise CheckpointError(
+            f"{directory} holds no evaluation snapshots (eval-<step>.pt): only a run trained with "
+            f"--set train.keep_evaluations=N keeps them; train it again with that setting"
+        )
+    if last is not None:
+        if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+            raise CheckpointError(f"last={last!r} is not accepted: use a whole number >= 1")
+        if last > len(kept):
+            raise CheckpointError(
+                f"{directory} holds {len(kept)} evaluation snapshots ({kept[0].name} to "
+                f"{kept[-1].name}), fewer than the {last} asked for: average at most {len(kept)}"
+            )
+        kept = kept[-last:]
+    weights = average_checkpoints(kept)
+    newest = load_checkpoint(kept[-1])
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "step": newest.get("step"),
+        "model_config": newest.get("model_config"),
+        "model": weights,
+        "tokenizer": newest.get("tokenizer"),
+        "task": newest.get("task"),
+        "averaged_from": [
+            {"file": path.name, "step": int(EVALUATION_FILE.fullmatch(path.name).group(1))}
+            for path in kept
+        ],
     }

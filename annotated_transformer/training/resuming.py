@@ -10,7 +10,8 @@ The train config's fields fall into three groups:
 
 - :data:`IGNORED_ON_RESUME` never change what is computed, only where files go and what is
   shown: ``checkpoint_dir`` (a run directory may be moved), ``log_every`` (the history's rows and
-  when the host reads the loss; the weights are the same), ``progress`` (the bar).
+  when the host reads the loss; the weights are the same), ``progress`` (the bar),
+  ``keep_evaluations`` (how many evaluation snapshots stay on disk for averaging).
 - :data:`CHANGEABLE_ON_RESUME` may change when asked for by name: how long to train
   (``max_steps``), the learning-rate schedule (``lr``, ``min_lr``, ``warmup``, ``noam_factor``,
   ``schedule``; the new schedule is evaluated at the resumed step), ``weight_decay``,
@@ -39,7 +40,7 @@ from .checkpoint import (
     model_config_from,
 )
 
-IGNORED_ON_RESUME = ("checkpoint_dir", "log_every", "progress")
+IGNORED_ON_RESUME = ("checkpoint_dir", "log_every", "progress", "keep_evaluations")
 CHANGEABLE_ON_RESUME = (
     "max_steps",
     "lr",

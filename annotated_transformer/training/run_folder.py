@@ -8,7 +8,9 @@
 - ``config.json``: the configuration the latest launch resolved and trained with: every field of
   :class:`~annotated_transformer.config.TransformerConfig` and
   :class:`~annotated_transformer.config.TrainConfig` (defaults included) and the task's options;
-- ``last.pt``, ``best.pt``, ``history.csv``, ``history.json``: the trainer's (chapter 08).
+- ``last.pt``, ``best.pt``, ``history.csv``, ``history.json``: the trainer's (chapter 08);
+- ``eval-<step>.pt``: with ``train.keep_evaluations=N``, the weights of the last N evaluations,
+  and ``averaged.pt``, their mean, written by ``average`` (chapter 06, section 11).
 
 A folder that holds a run is never trained into by accident (:func:`check_new_run`): ``train``
 continues it with ``--resume`` or replaces it with ``--overwrite`` (:func:`clear_run`, which keeps
@@ -36,8 +38,16 @@ from .provenance import code_version
 RUN_FILE = "run.json"  # every launch of the run (see record_launch)
 CONFIG_FILE = "config.json"  # the resolved configuration of the latest launch (see write_config)
 RUNS = Path("runs")  # where a run goes without --out
-# What a run leaves that a new run in the same folder would replace: its weights and history.
-RUN_OUTPUTS = ("last.pt", "best.pt", "history.csv", "history.json", "tensorboard")
+# What a run leaves that a new run in the same folder would replace: its weights and history,
+# the snapshots it kept for averaging (train.keep_evaluations) and their average (`average`).
+RUN_OUTPUTS = ("last.pt", "best.pt", "history.csv", "history.json", "tensorboard", "averaged.pt")
+SNAPSHOTS = "eval-*.pt"
+
+
+def _outputs(out: Path) -> list[Path]:
+    """The paths of :data:`RUN_OUTPUTS` and of the :data:`SNAPSHOTS` present in ``out``."""
+    named = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
+    return named + sorted(out.glob(SNAPSHOTS))
 
 
 def default_out(task: str, now: datetime | None = None) -> Path:
@@ -98,9 +108,9 @@ def read_launches(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def existing_run(out: str | os.PathLike) -> list[str]:
     """The files of an earlier run in ``out`` (its weights, history, curves and description),
-    or ``[]`` when it holds none of :data:`RUN_OUTPUTS`."""
+    or ``[]`` when it holds none of :data:`RUN_OUTPUTS` or :data:`SNAPSHOTS`."""
     out = Path(out)
-    present = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    present = [path.name for path in _outputs(out)]
     if not present:
         return []
     return present + [name for name in (CONFIG_FILE, RUN_FILE) if (out / name).exists()]
@@ -125,18 +135,15 @@ def check_new_run(out: str | os.PathLike | None, *, resume: bool, overwrite: boo
 
 
 def clear_run(out: str | os.PathLike) -> list[str]:
-    """Remove the outputs of an earlier run from ``out`` (:data:`RUN_OUTPUTS`), keeping
-    ``run.json``; returns the names removed."""
+    """Remove the outputs of an earlier run from ``out`` (:data:`RUN_OUTPUTS` and
+    :data:`SNAPSHOTS`), keeping ``run.json``; returns the names removed."""
     removed = []
-    for name in RUN_OUTPUTS:
-        path = Path(out) / name
+    for path in _outputs(Path(out)):
         if path.is_dir():
             shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
         else:
-            continue
-        removed.append(name)
+            path.unlink()
+        removed.append(path.name)
     return removed
 
 

@@ -44,6 +44,7 @@ from ..config import TrainConfig
 from ..data.batch import Batch
 from ..losses import LabelSmoothingLoss
 from ..optim import build_optimizer, build_scheduler, set_schedule, set_weight_decay
+from .averaging import KeepEvaluations, evaluation_checkpoints
 from .checkpoint import (
     CHECKPOINT_FORMAT,
     CheckpointError,
@@ -108,6 +109,17 @@ def check_train_options(
     distributed = distributed or Distributed.current()
     device = resolve_device(config.device, distributed)
     check_run_directory(config.checkpoint_dir, check_lock=distributed.is_main)
+    if config.keep_evaluations and config.checkpoint_dir is None:
+        raise ValueError(
+            f"keep_evaluations={config.keep_evaluations} keeps files in the run directory, and "
+            f"this run has none: set checkpoint_dir (the command line's --out), or "
+            f"keep_evaluations=0"
+        )
+    if not evaluates and config.keep_evaluations:
+        raise ValueError(
+            f"keep_evaluations={config.keep_evaluations} keeps the weights of evaluations, and "
+            f"this run has no evaluation data (eval_data)"
+        )
     if not evaluates and config.early_stopping_patience is not None:
         raise ValueError(
             f"early_stopping_patience={config.early_stopping_patience} needs evaluation data "
@@ -143,13 +155,17 @@ class Trainer:
     Every option is checked before any work, each with a ValueError naming it: the device must
     exist, ``checkpoint_dir`` must not be a file, the early-stopping metric must be one the
     evaluation produces (when there are no ``extra_metrics`` to add others) and patience needs
-    evaluation data. A ``checkpoint_dir`` in use by a live run raises ``RunDirectoryLocked``.
+    evaluation data, as does ``keep_evaluations`` (which also needs a ``checkpoint_dir``). A
+    ``checkpoint_dir`` in use by a live run raises ``RunDirectoryLocked``.
 
     The constructor seeds everything with ``config.seed + rank`` (dropout differs per process);
     build the model after your own :func:`seed_everything` call, as the command line does.
 
     Files in ``config.checkpoint_dir`` (main process only): ``last.pt``, ``best.pt`` (by the
-    early-stopping metric), ``history.csv``, ``history.json``, and ``run.lock`` while it runs.
+    early-stopping metric), ``history.csv``, ``history.json``, ``eval-<step>.pt`` for the last
+    ``keep_evaluations`` evaluations (:class:`~annotated_transformer.training.averaging.
+    KeepEvaluations`; those of steps after a resumed checkpoint's are removed on resume), and
+    ``run.lock`` while it runs.
     """
 
     def __init__(
@@ -225,6 +241,8 @@ class Trainer:
         self.callbacks: dict[str, list[Callable[..., None]]] = {
             name: [] for name in CALLBACK_EVENTS
         }
+        if config.keep_evaluations and self.run_dir is not None:
+            self.add_callback("on_evaluate", KeepEvaluations(self.run_dir, config.keep_evaluations))
         self._batches: Iterator[Batch] | None = None
         self._stop_signal: str | None = None  # set by Ctrl-C or SIGTERM during fit
         # Updates whose loss (and gradient norm) the host has not read yet: (step, loss summed over
@@ -578,3 +596,8 @@ class Trainer:
             seed_everything(self.config.seed + self.distributed.rank + self.step)
         self.last_checkpoint = Path(path)
         self._batches = None
+        if self.run_dir is not None and self.distributed.is_main:
+            # snapshots of a later trajectory (resumed from an earlier checkpoint) are not this
+            # run's: averaging must not mix them in
+            for later in evaluation_checkpoints(self.run_dir, after=self.step):
+                later.unlink(missing_ok=True)

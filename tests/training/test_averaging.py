@@ -8,6 +8,7 @@ from test_train import RandomSource, quiet_config, random_batch
 from annotated_transformer.training.averaging import (
     KeepEvaluations,
     average_checkpoints,
+    average_run,
     evaluation_checkpoints,
 )
 from annotated_transformer.training.checkpoint import CheckpointError, load_checkpoint
@@ -71,3 +72,77 @@ def test_checkpoints_of_different_models_are_refused_naming_the_files(tmp_path):
         average_checkpoints([tmp_path / "missing.pt"])
     with pytest.raises(ValueError, match=r"keep=0 is not accepted"):
         KeepEvaluations(tmp_path, keep=0)
+
+
+def test_keep_evaluations_in_the_config_keeps_files_that_load_alone(tmp_path):
+    config = quiet_config(max_steps=8, eval_every=2, checkpoint_dir=tmp_path, keep_evaluations=2)
+    held_out = [random_batch(torch.Generator().manual_seed(1))]
+    trainer = Trainer(tiny_model(), config, RandomSource(), held_out, task={"name": "random"})
+    trainer.fit()
+    kept = evaluation_checkpoints(tmp_path)
+    assert [path.name for path in kept] == ["eval-0000006.pt", "eval-0000008.pt"]
+    newest = load_checkpoint(kept[-1])
+    assert newest["task"] == {"name": "random"} and "tokenizer" in newest
+    assert newest["model_config"] == trainer.model_config.to_dict()
+    for name, tensor in trainer.model.state_dict().items():
+        torch.testing.assert_close(newest["model"][name], tensor, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "evaluates", "message"),
+    [
+        ({"keep_evaluations": 3}, True, r"keep_evaluations=3 keeps files in the run directory"),
+        ({"keep_evaluations": -1}, True, r"keep_evaluations"),
+        ({"keep_evaluations": 2, "checkpoint_dir": "x"}, False, r"no evaluation data"),
+    ],
+)
+def test_keep_evaluations_is_refused_before_any_work_where_it_cannot_keep(
+    tmp_path, overrides, evaluates, message
+):
+    if "checkpoint_dir" in overrides:
+        overrides = {**overrides, "checkpoint_dir": tmp_path / "run"}
+    with pytest.raises(ValueError, match=message):
+        config = quiet_config(**overrides)
+        held_out = [random_batch(torch.Generator().manual_seed(1))] if evaluates else None
+        Trainer(tiny_model(), config, RandomSource(), held_out)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_from_an_earlier_checkpoint_drops_the_snapshots_of_the_abandoned_steps(tmp_path):
+    config = quiet_config(max_steps=10, eval_every=2, checkpoint_dir=tmp_path, keep_evaluations=5)
+    held_out = [random_batch(torch.Generator().manual_seed(1))]
+    trainer = Trainer(tiny_model(), config, RandomSource(), held_out)
+    trainer.fit(steps=4)  # last.pt at update 4
+    (tmp_path / "last.pt").rename(tmp_path / "at-4.pt")
+    trainer.fit()
+    assert len(evaluation_checkpoints(tmp_path)) == 5
+    again = Trainer(tiny_model(), config, RandomSource(), held_out)
+    again.resume(tmp_path / "at-4.pt")
+    assert [path.name for path in evaluation_checkpoints(tmp_path)] == [
+        "eval-0000002.pt",
+        "eval-0000004.pt",
+    ]
+    again.fit()
+    steps = [load_checkpoint(path)["step"] for path in evaluation_checkpoints(tmp_path)]
+    assert steps == [2, 4, 6, 8, 10]
+
+
+def test_average_run_is_the_mean_of_the_newest_snapshots_with_the_run_s_tokenizer(tmp_path):
+    trained_run(tmp_path, keep=4)
+    paths = evaluation_checkpoints(tmp_path)
+    state = average_run(tmp_path, last=3)
+    assert [entry["step"] for entry in state["averaged_from"]] == [6, 8, 10]
+    expected = average_checkpoints(paths[-3:])
+    for name, tensor in expected.items():
+        torch.testing.assert_close(state["model"][name], tensor, rtol=0, atol=0)
+    newest = load_checkpoint(paths[-1])
+    assert state["model_config"] == newest["model_config"] and state["step"] == 10
+    everything = average_run(tmp_path)
+    assert len(everything["averaged_from"]) == 4
+    with pytest.raises(CheckpointError, match=r"holds 4 evaluation snapshots .* fewer than the 5"):
+        average_run(tmp_path, last=5)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"keep_evaluations=N"):
+        average_run(tmp_path / "empty")
+    with pytest.raises(CheckpointError, match=r"not a run folder"):
+        average_run(tmp_path / "missing")
