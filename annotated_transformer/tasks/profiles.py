@@ -57,7 +57,7 @@ TRAINING: dict[str, dict[str, RunSize]] = {
         "multi30k": _size(
             {"bpe_vocab_size": 1000, "max_train_pairs": 4000, "max_tokens": 1024},
             _small(64, 2, 0.0),
-            _SMOKE_TRAIN,
+            {**_SMOKE_TRAIN, "keep_evaluations": 2},  # the averaging path, proved
             {"test_sentences": 64},
         ),
         "ptb": _size(

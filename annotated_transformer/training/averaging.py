@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..data.batch import Batch
 from .checkpoint import CHECKPOINT_FORMAT, CheckpointError, load_checkpoint, save_checkpoint
 from .distributed import unwrap
+from .train import evaluate
 
 EVALUATION_FILE = re.compile(r"eval-(\d+)\.pt")
 
@@ -170,4 +172,39 @@ def average_run(directory: str | os.PathLike, last: int | None = None) -> dict[s
             {"file": path.name, "step": int(EVALUATION_FILE.fullmatch(path.name).group(1))}
             for path in kept
         ],
+    }
+
+
+def best_or_average(
+    model: nn.Module,
+    run_dir: str | os.PathLike,
+    batches: Sequence[Batch],
+    pad_id: int | None,
+    last: int | None = None,
+) -> dict[str, Any]:
+    """Load into ``model`` whichever scores the lower loss on ``batches`` (a validation split):
+    the weights of the run's ``best.pt``, or the mean of its last ``last`` evaluation snapshots
+    (all kept when None). The choice is made on held-out data, so a test split measures it
+    afterwards without bias.
+
+    Returns ``{"chosen": "best" | "averaged", "valid_loss_best", "valid_loss_averaged",
+    "best_step", "averaged_steps"}``. Raises :class:`CheckpointError` as :func:`average_run` does,
+    or when the run has no ``best.pt``.
+    """
+    run_dir = Path(run_dir)
+    averaged = average_run(run_dir, last)
+    best = load_checkpoint(run_dir / "best.pt")
+    device = next(model.parameters()).device
+    losses = {}
+    for name, weights in (("best", best["model"]), ("averaged", averaged["model"])):
+        model.load_state_dict(weights)
+        losses[name] = evaluate(model.to(device), batches, pad_id)["loss"]
+    chosen = min(losses, key=losses.get)  # a tie keeps best.pt: no change without a gain
+    model.load_state_dict(best["model"] if chosen == "best" else averaged["model"])
+    return {
+        "chosen": chosen,
+        "valid_loss_best": losses["best"],
+        "valid_loss_averaged": losses["averaged"],
+        "best_step": best.get("step"),
+        "averaged_steps": [entry["step"] for entry in averaged["averaged_from"]],
     }

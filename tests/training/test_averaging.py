@@ -9,9 +9,11 @@ from annotated_transformer.training.averaging import (
     KeepEvaluations,
     average_checkpoints,
     average_run,
+    best_or_average,
     evaluation_checkpoints,
 )
 from annotated_transformer.training.checkpoint import CheckpointError, load_checkpoint
+from annotated_transformer.training.train import evaluate
 from annotated_transformer.training.trainer import Trainer
 
 
@@ -146,3 +148,28 @@ def test_average_run_is_the_mean_of_the_newest_snapshots_with_the_run_s_tokenize
         average_run(tmp_path / "empty")
     with pytest.raises(CheckpointError, match=r"not a run folder"):
         average_run(tmp_path / "missing")
+
+
+def test_best_or_average_loads_whichever_scores_lower_on_the_held_out_batches(tmp_path):
+    trained_run(tmp_path, keep=3, max_steps=10, eval_every=2)
+    held_out = [random_batch(torch.Generator().manual_seed(s)) for s in (1, 2)]
+    best = load_checkpoint(tmp_path / "best.pt")["model"]
+    mean = average_checkpoints(evaluation_checkpoints(tmp_path))
+    by_hand = {}
+    for name, weights in (("best", best), ("averaged", mean)):
+        model = tiny_model()
+        model.load_state_dict(weights)
+        by_hand[name] = evaluate(model, held_out, model.config.pad_id)["loss"]
+    assert by_hand["best"] != by_hand["averaged"], "a tie shows nothing"
+    model = tiny_model()
+    choice = best_or_average(model, tmp_path, held_out, model.config.pad_id)
+    assert choice["valid_loss_best"] == pytest.approx(by_hand["best"], rel=1e-6)
+    assert choice["valid_loss_averaged"] == pytest.approx(by_hand["averaged"], rel=1e-6)
+    assert choice["chosen"] == min(by_hand, key=by_hand.get)
+    assert choice["averaged_steps"] == [6, 8, 10]
+    chosen = best if choice["chosen"] == "best" else mean
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, chosen[name], rtol=0, atol=0)
+    (tmp_path / "best.pt").unlink()
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        best_or_average(tiny_model(), tmp_path, held_out, 0)
