@@ -1,0 +1,86 @@
+"""The lever probes of the reference runs (chapter 08): short runs of one recipe with one change,
+stored by ``scripts/reference_probes.py`` in ``results/reference/probes/``, read side by side.
+
+A lever probe trains the reference recipe with one change on the recipe's full schedule and stops
+at a fixed update (``steps``), evaluating on the validation split as the reference run did. The
+table compares each at that update with the reference run's own evaluation there, and, since a
+lever may save updates but cost time per update, how many updates and how many seconds each
+needed to first reach the reference's value::
+
+    probes = read_probes(ROOT / "results" / "reference" / "probes", "tinyshakespeare", 1600)
+    rows = lever_rows(probes, reference_history, seconds_per_update)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+PROBE_PREFIX = "reference-"  # the probes of one lever against the reference recipe
+
+
+def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str, dict[str, Any]]:
+    """The lever probes of ``task`` in ``directory`` that stop at update ``steps``, by lever name
+    (``reference-muon-1600`` is ``muon``), in name order; probes of other kinds (sizes, or a
+    schedule run to its end) are left out."""
+    found = {}
+    for path in sorted(Path(directory).glob(f"{task}-{PROBE_PREFIX}*-{steps}.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["steps"] == steps:
+            found[record["probe"].removeprefix(PROBE_PREFIX).removesuffix(f"-{steps}")] = record
+    return found
+
+
+def evaluations(history: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """``(update, validation loss)`` of every evaluation in a run's history, in order."""
+    return [(row["step"], row["eval_loss"]) for row in history if "eval_loss" in row]
+
+
+def first_reaching(history: list[dict[str, Any]], level: float) -> int | None:
+    """The update of the first evaluation at or below ``level``; None if none is."""
+    return next((step for step, loss in evaluations(history) if loss <= level), None)
+
+
+def lever_rows(
+    probes: dict[str, dict[str, Any]],
+    reference: list[dict[str, Any]],
+    seconds_per_update: dict[str, float] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """One row per lever, and one for the reference run first, at the probes' common update.
+
+    ``reference``: the reference run's history; ``seconds_per_update``: measured times by lever
+    name (``"reference"`` for the recipe itself), or None. Each row: ``loss`` (the validation
+    loss at that update), ``minus_reference`` (negative: better), ``updates_to_reference`` (the
+    first evaluation at or below the reference's loss at that update), and with times,
+    ``seconds_per_update`` and ``minutes_to_reference``.
+
+    Raises:
+        ValueError: probes that stop at different updates, or a reference without an evaluation
+            at theirs.
+    """
+    stops = {record["steps"] for record in probes.values()}
+    if len(stops) != 1:
+        raise ValueError(f"the probes stop at different updates ({sorted(stops)}): compare alike")
+    (stop,) = stops
+    at_stop = dict(evaluations(reference)).get(stop)
+    if at_stop is None:
+        raise ValueError(f"the reference run has no evaluation at update {stop}")
+    times = seconds_per_update or {}
+    rows = {}
+    for lever, history in [("reference", reference)] + [
+        (lever, record["history"]) for lever, record in probes.items()
+    ]:
+        loss = dict(evaluations(history))[stop]
+        reached = first_reaching(history, at_stop)
+        row = {
+            "loss": loss,
+            "minus_reference": loss - at_stop,
+            "updates_to_reference": reached,
+        }
+        if lever in times:
+            row["seconds_per_update"] = times[lever]
+            row["minutes_to_reference"] = None if reached is None else reached * times[lever] / 60
+        rows[lever] = row
+    return rows

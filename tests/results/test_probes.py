@@ -1,0 +1,83 @@
+"""probes.py: the lever probes read side by side, on hand-made histories and on the stored ones."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.results.experiments import ResultsStore
+from annotated_transformer.results.probes import (
+    evaluations,
+    first_reaching,
+    lever_rows,
+    read_probes,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBES = ROOT / "results" / "reference" / "probes"
+
+
+def history(*losses, every=200):
+    """A history with a training row between evaluations every ``every`` updates."""
+    rows = []
+    for index, loss in enumerate(losses, 1):
+        rows.append({"step": index * every - 1, "train_loss": 9.0})
+        rows.append({"step": index * every, "train_loss": 9.0, "eval_loss": loss})
+    return rows
+
+
+def test_evaluations_and_the_first_to_reach_a_level():
+    rows = history(2.0, 1.6, 1.5, 1.55)
+    assert evaluations(rows) == [(200, 2.0), (400, 1.6), (600, 1.5), (800, 1.55)]
+    assert first_reaching(rows, 1.6) == 400  # at or below
+    assert first_reaching(rows, 1.4) is None
+
+
+def test_lever_rows_compare_at_the_probes_stop_and_count_time_to_the_reference_level():
+    reference = history(2.0, 1.7, 1.6, 1.5, 1.45)  # 1.5 at update 800
+    probes = {
+        "fast": {"steps": 800, "history": history(1.9, 1.5, 1.45, 1.40)},
+        "slow": {"steps": 800, "history": history(2.1, 1.8, 1.7, 1.6)},
+    }
+    rows = lever_rows(probes, reference, {"reference": 2.0, "fast": 3.0})
+    assert list(rows) == ["reference", "fast", "slow"]
+    assert rows["reference"]["loss"] == 1.5 and rows["reference"]["minus_reference"] == 0
+    assert rows["fast"]["minus_reference"] == pytest.approx(-0.1)
+    assert rows["fast"]["updates_to_reference"] == 400
+    assert rows["fast"]["minutes_to_reference"] == pytest.approx(400 * 3.0 / 60)
+    assert rows["reference"]["minutes_to_reference"] == pytest.approx(800 * 2.0 / 60)
+    assert rows["slow"]["updates_to_reference"] is None and "seconds_per_update" not in rows["slow"]
+    with pytest.raises(ValueError, match="stop at different updates"):
+        lever_rows({**probes, "long": {"steps": 1000, "history": history(1.0)}}, reference)
+    with pytest.raises(ValueError, match="no evaluation at update 800"):
+        lever_rows(probes, history(2.0))
+
+
+# A lever, and the settings it changes (anything else must equal the reference run's; how often
+# a probe evaluates changes no update).
+LEVER_SETTINGS = {
+    "muon": {("train", "optimizer")},
+    "qk-norm": {("model", "qk_norm")},
+    "relu2": {("model", "activation")},
+    "dropout-0.3": {("model", "dropout")},
+    "token-rms-1": {("model", "token_rms")},
+}
+
+
+def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only():
+    (reference,) = ResultsStore(ROOT / "results").find(task="tinyshakespeare", profile="reference")
+    probes = read_probes(PROBES, "tinyshakespeare", 1600)
+    assert {"muon", "qk-norm"} <= set(probes) <= set(LEVER_SETTINGS)
+    for lever, record in probes.items():
+        changed = {
+            (section, key)
+            for section in ("data", "model", "train")
+            for key, value in record["settings"][section].items()
+            if key != "eval_every" and reference["config"][section].get(key) != value
+        }
+        assert changed == LEVER_SETTINGS[lever], lever
+        # the probe ran the reference's schedule (stopped early), so its curve is comparable
+        assert record["settings"]["train"]["max_steps"] == reference["config"]["train"]["max_steps"]
+        for step, loss in evaluations(record["history"]):
+            assert step % 100 == 0 and 0 < loss < 5
+    assert json.loads((PROBES / "tinyshakespeare-step-times.json").read_text())["rounds"] >= 6
