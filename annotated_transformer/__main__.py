@@ -68,7 +68,12 @@ from .tasks.settings import read_config_file, resolve_key
 from .tasks.task_options import TASKS, TaskInfo, check_options, task_spec
 from .tasks.train_settings import resolve_settings, settings_help, train_fields
 from .training.averaging import average_run
-from .training.checkpoint import check_entries, load_model, save_checkpoint
+from .training.checkpoint import (
+    CheckpointWriteError,
+    check_entries,
+    load_model,
+    save_checkpoint,
+)
 from .training.distributed import DEVICE_CHOICES, init_distributed, resolve_device
 from .training.fit import fit_task, run_configs
 from .training.run_folder import (
@@ -381,10 +386,20 @@ def _train(args: argparse.Namespace) -> int:
                 "each)"
             )
     try:
-        fit = fit_task(
-            task, model_config, train_config,
-            resume=resume, allow_changes=allowed, distributed=distributed, log=args.log,
-        )  # fmt: skip
+        try:
+            fit = fit_task(
+                task, model_config, train_config,
+                resume=resume, allow_changes=allowed, distributed=distributed, log=args.log,
+            )  # fmt: skip
+        except CheckpointWriteError as error:  # a full disk: the last good last.pt is kept
+            last = Path(out) / "last.pt" if out is not None else None
+            if last is None or not last.is_file():
+                raise
+            raise CheckpointWriteError(
+                error.errno,
+                f"{error.strerror}; the run continues from {last} with: "
+                f"{_resume_command(args.argv, last)}",
+            ) from error
         trainer = fit.trainer
         if distributed.is_main and not args.quiet:
             summary = {

@@ -6,6 +6,7 @@ line naming the problem (no traceback); library cases expect a ``ValueError`` wi
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -1145,3 +1146,25 @@ def test_chapter_08s_task_list_against_its_profile(tasks, profile, message):
     with pytest.raises(ValueError) as error:
         parse_task_list(tasks, profile)
     assert message in str(error.value)
+
+
+def test_a_disk_that_fills_during_training_says_how_to_continue(tmp_path, capsys, monkeypatch):
+    """The first last.pt is written, a later save finds the disk full: one error line that keeps
+    the good checkpoint and names the command that continues from it."""
+    import annotated_transformer.training.checkpoint as checkpoint_module
+
+    saves, real_save = [], torch.save
+
+    def fills_up(state, handle, *args, **kwargs):
+        saves.append(1)
+        if len(saves) > 2:  # update 1: best.pt and last.pt written
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(state, handle, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", fills_up)
+    out = tmp_path / "run"
+    argv = [*TRAIN, "--out", out, *RUN, "--set", "max_steps=4", "--set", "eval_every=1"]
+    line = expect_cli_error(argv, "no space left on the device", capsys, monkeypatch)
+    assert f"the run continues from {out / 'last.pt'} with: python -m annotated_transformer" in line
+    assert line.rstrip().endswith("--resume") and "free some space" in line
+    assert load_checkpoint(out / "last.pt")["step"] == 1  # the good one, unchanged

@@ -142,6 +142,10 @@ def average_run(directory: str | os.PathLike, last: int | None = None) -> dict[s
             or are of different models.
     """
     directory = Path(directory)
+    if directory.is_file():
+        raise CheckpointError(
+            f"{directory} is a file: name the run folder that holds the snapshots (train's --out)"
+        )
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a run folder (no such directory)")
     kept = evaluation_checkpoints(directory)

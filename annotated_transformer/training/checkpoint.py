@@ -152,19 +152,19 @@ def _disk_nearly_full(directory: Path, margin: int = 16 * 2**20) -> bool:
 
 def _write_error(path: Path, error: BaseException, failure: BaseException) -> CheckpointWriteError:
     code = getattr(failure, "errno", None)
+    advice = "choose a directory this process can write, and try again"
     if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)) or (
         code is None and _disk_nearly_full(path.parent)
     ):
         reason = "no space left on the device (or the disk quota is used up)"
+        advice = "free some space (or choose another directory), and try again"
     elif isinstance(failure, OSError):
         reason = failure.strerror or str(failure)
     else:
         reason = f"the write failed ({(str(error).splitlines() or [type(error).__name__])[0]})"
-    kept = "is unchanged" if path.exists() else "was not created"
+    kept = f"the previous {path.name} is unchanged" if path.exists() else "nothing was written"
     return CheckpointWriteError(
-        code or errno.EIO,
-        f"could not write {path}: {reason}; the previous {path.name} {kept}. Free some space "
-        f"(or choose another directory) and resume",
+        code or errno.EIO, f"could not write {path}: {reason}; {kept}. To go on, {advice}"
     )
 
 

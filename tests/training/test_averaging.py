@@ -173,3 +173,9 @@ def test_best_or_average_loads_whichever_scores_lower_on_the_held_out_batches(tm
     (tmp_path / "best.pt").unlink()
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         best_or_average(tiny_model(), tmp_path, held_out, 0)
+
+
+def test_average_run_names_the_mistake_of_a_file_for_a_folder(tmp_path):
+    trained_run(tmp_path, keep=1)
+    with pytest.raises(CheckpointError, match=r"last.pt is a file: name the run folder"):
+        average_run(tmp_path / "last.pt")
