@@ -5,14 +5,17 @@ few hundred updates on the real task and stores its history, so the choice can b
     python scripts/reference_probes.py tinyshakespeare NAME    # the named probes only
 
 A probe runs the schedule of the full run (same warmup and max_steps) and stops after
-``PROBE_STEPS`` updates: the learning curves are comparable where the full run would be.
+``PROBE_STEPS`` updates: the learning curves are comparable where the full run would be. A probe
+keeps ``last.pt`` in ``checkpoints/probes/TASK-NAME/`` while it trains: stopped (Ctrl-C, a
+signal, a lost session), the same command continues it exactly; the folder is removed once the
+record is written.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,10 +29,12 @@ from annotated_transformer.training.checkpoint import load_checkpoint
 from annotated_transformer.training.fit import run_configs
 from annotated_transformer.training.provenance import code_version, provenance
 from annotated_transformer.training.train import seed_everything
-from annotated_transformer.training.trainer import Trainer
+from annotated_transformer.training.trainer import Trainer, TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "reference" / "probes"
+CHECKPOINTS = ROOT / "checkpoints" / "probes"  # a probe's run folder while it trains (ignored)
+SAVE_EVERY = 100  # updates between saves of last.pt (about 6 minutes at the reference size)
 
 BASE = {
     "tinyshakespeare": {
@@ -237,25 +242,44 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
     task = build_task(task_name, settings["data"], seed=0)
     train = {**settings["train"], "progress": False}
     train["eval_every"] = min(train.get("eval_every") or steps, steps)
-    snapshots = tempfile.TemporaryDirectory(prefix="probe-") if average else None
-    if snapshots is not None:
-        train.update(keep_evaluations=average, checkpoint_dir=snapshots.name)
+    # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
+    # signal, a lost session) continues exactly where it was when started again.
+    run_dir = CHECKPOINTS / f"{task_name}-{name}"
+    train.update(checkpoint_dir=str(run_dir), save_every=SAVE_EVERY)
+    if average:
+        train["keep_evaluations"] = average
     model_config, train_config = run_configs(task, settings["model"], train)
-    code = code_version()
-    started = time.perf_counter()
+    started_file = run_dir / "probe.json"  # the code the first part started with
+    last = run_dir / "last.pt"
+    resuming = last.is_file() and started_file.is_file()
+    code = json.loads(started_file.read_text())["code"] if resuming else code_version()
+    if not resuming:  # a fresh start: nothing of an earlier, unfinished attempt is kept
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        started_file.write_text(json.dumps({"code": code}), encoding="utf-8")
     seed_everything(train_config.seed)
     trainer = Trainer(
         build_model(model_config), train_config, task.train, task.splits["valid"],
         tokenizer=task.tokenizer, task=task.info,
     )  # fmt: skip
-    trainer.fit(steps=steps)  # the full run's schedule, stopped early
+    resumed_at = None
+    if resuming:
+        trainer.resume(last)
+        resumed_at = trainer.step
+        print(f"{task_name} {name}: continuing from update {resumed_at}", flush=True)
+    try:
+        trainer.fit(steps=steps - trainer.step)  # the full run's schedule, stopped early
+    except TrainingInterrupted as stop:
+        print(f"{task_name} {name}: {stop}; run the same command to continue", flush=True)
+        raise SystemExit(130) from None
+    finished = time.perf_counter()
     metrics = trainer.evaluate()
     record = {
         "task": task_name, "probe": name, "overrides": overrides, "settings": settings,
         "steps": steps, "valid_loss": metrics["loss"], "history": trainer.history,
     }  # fmt: skip
-    if snapshots is not None:
-        kept = evaluation_checkpoints(snapshots.name)[-average:]
+    if average:
+        kept = evaluation_checkpoints(run_dir)[-average:]
         trainer.model.load_state_dict(average_checkpoints(kept))
         record["averaged"] = {
             "last": average,
@@ -263,12 +287,16 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
             "valid_loss": trainer.evaluate()["loss"],
         }
         record["overrides"] = {**overrides, "average": average}
-        snapshots.cleanup()
-    record["provenance"] = provenance(train_config.seed, time.perf_counter() - started, None, code)
+    # wall time: the training of every part (Trainer.elapsed) and this part's final evaluations
+    wall_time = trainer.elapsed + time.perf_counter() - finished
+    record["provenance"] = provenance(train_config.seed, wall_time, None, code)
+    if resumed_at is not None:
+        record["provenance"]["resumed"] = {"at_step": resumed_at, "finished_with": code_version()}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{task_name}-{name}.json").write_text(
         json.dumps(record, indent=1) + "\n", encoding="utf-8"
     )
+    shutil.rmtree(run_dir)  # the record is written: its checkpoints are no longer needed
     averaged = (
         f", the mean of the last {average} evaluations' weights {record['averaged']['valid_loss']:.4f}"
         if average
