@@ -32,6 +32,7 @@ import torch
 
 from ..config import TrainConfig, TransformerConfig
 from ..model import build_model
+from .averaging import evaluation_checkpoints
 from .checkpoint import atomic_write_text
 from .provenance import code_version
 
@@ -41,13 +42,12 @@ RUNS = Path("runs")  # where a run goes without --out
 # What a run leaves that a new run in the same folder would replace: its weights and history,
 # the snapshots it kept for averaging (train.keep_evaluations) and their average (`average`).
 RUN_OUTPUTS = ("last.pt", "best.pt", "history.csv", "history.json", "tensorboard", "averaged.pt")
-SNAPSHOTS = "eval-*.pt"
 
 
 def _outputs(out: Path) -> list[Path]:
-    """The paths of :data:`RUN_OUTPUTS` and of the :data:`SNAPSHOTS` present in ``out``."""
+    """The paths of :data:`RUN_OUTPUTS` and of the evaluation snapshots present in ``out``."""
     named = [out / name for name in RUN_OUTPUTS if (out / name).exists()]
-    return named + sorted(out.glob(SNAPSHOTS))
+    return named + (evaluation_checkpoints(out) if out.is_dir() else [])
 
 
 def default_out(task: str, now: datetime | None = None) -> Path:
@@ -108,7 +108,7 @@ def read_launches(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def existing_run(out: str | os.PathLike) -> list[str]:
     """The files of an earlier run in ``out`` (its weights, history, curves and description),
-    or ``[]`` when it holds none of :data:`RUN_OUTPUTS` or :data:`SNAPSHOTS`."""
+    or ``[]`` when it holds none of :data:`RUN_OUTPUTS` or evaluation snapshots."""
     out = Path(out)
     present = [path.name for path in _outputs(out)]
     if not present:
@@ -135,8 +135,8 @@ def check_new_run(out: str | os.PathLike | None, *, resume: bool, overwrite: boo
 
 
 def clear_run(out: str | os.PathLike) -> list[str]:
-    """Remove the outputs of an earlier run from ``out`` (:data:`RUN_OUTPUTS` and
-    :data:`SNAPSHOTS`), keeping ``run.json``; returns the names removed."""
+    """Remove the outputs of an earlier run from ``out`` (:data:`RUN_OUTPUTS` and the
+    evaluation snapshots), keeping ``run.json``; returns the names removed."""
     removed = []
     for path in _outputs(Path(out)):
         if path.is_dir():
