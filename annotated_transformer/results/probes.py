@@ -8,7 +8,8 @@ lever may save updates but cost time per update, how many updates and how many s
 needed to first reach the reference's value::
 
     probes = read_probes(ROOT / "results" / "reference" / "probes", "tinyshakespeare", 1600)
-    rows = lever_rows(probes, reference_history, seconds_per_update)
+    probed = store.load(PROBED_REFERENCE["tinyshakespeare"])  # the run the probes changed
+    rows = lever_rows(probes, probed["history"], seconds_per_update)
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ from pathlib import Path
 from typing import Any
 
 PROBE_PREFIX = "reference-"  # the probes of one lever against the reference recipe
+
+# The reference record whose recipe each task's lever probes changed one setting of. The probes
+# are read against that run even after a newer reference run (one that adopted levers) has
+# replaced it as the task's result; a task not named here has had no lever probes.
+PROBED_REFERENCE = {
+    "tinyshakespeare": "tinyshakespeare-reference-seed0-b867757fff44",
+    "multi30k": "multi30k-reference-seed0-b33cc107e27e",
+}
 
 
 def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str, dict[str, Any]]:

@@ -7,6 +7,7 @@ import pytest
 
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.probes import (
+    PROBED_REFERENCE,
     evaluations,
     first_reaching,
     lever_rows,
@@ -66,7 +67,8 @@ LEVER_SETTINGS = {
 
 @pytest.mark.parametrize(("task", "stop"), [("tinyshakespeare", 1600), ("multi30k", 1000)])
 def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(task, stop):
-    (reference,) = ResultsStore(ROOT / "results").find(task=task, profile="reference")
+    reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])
+    assert (reference["config"]["task"], reference["config"]["profile"]) == (task, "reference")
     probes = read_probes(PROBES, task, stop)
     if task == "tinyshakespeare":
         assert {"muon", "qk-norm"} <= set(probes)
