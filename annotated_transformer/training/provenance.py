@@ -55,26 +55,34 @@ def device_name(device: str | torch.device | None = None) -> str:
 
 def code_version(checkout: Path | None = None) -> dict[str, Any]:
     """The git commit of this checkout (``checkout``: a folder in it; this package's by
-    default) and whether tracked files differ from it.
+    default) and whether its code differs from it.
 
     ``git_commit`` is ``"unknown"`` outside a git checkout; ``git_dirty`` says whether tracked
-    files differed from that commit (then the commit alone does not reproduce the run). Files
-    under ``results/`` do not count: they are the stored records, which no run reads, and a
-    record or summary written by the previous run is often not committed yet when the next
-    one starts.
+    files differed from that commit, or a Python file not yet committed lay beside them (a new
+    script a run may have been started from): then the commit alone does not reproduce the run.
+    Files under ``results/`` do not count: they are the stored records, which no run reads, and
+    a record or summary written by the previous run is often not committed yet when the next
+    one starts. Other untracked files (an output notebook, a log) do not count either.
     """
     here = checkout or Path(__file__).resolve().parent
     commit = _git("rev-parse", "HEAD", cwd=here)
-    status = _git(
-        "status",
-        "--porcelain",
-        "--untracked-files=no",
+    outside_results = (":(top)", ":(top,exclude)results")
+    changed = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", *outside_results, cwd=here
+    )
+    new_code = _git(
+        "ls-files",
+        "--others",
+        "--exclude-standard",
+        "--full-name",
         "--",
-        ":(top)",
-        ":(top,exclude)results",
+        ":(top,glob)**/*.py",
         cwd=here,
     )
-    return {"git_commit": commit or "unknown", "git_dirty": bool(status) if commit else None}
+    dirty = bool(changed) or any(
+        not line.startswith("results/") for line in (new_code or "").splitlines()
+    )
+    return {"git_commit": commit or "unknown", "git_dirty": dirty if commit else None}
 
 
 def provenance(

@@ -53,5 +53,13 @@ def test_code_version_is_dirty_for_changed_code_but_not_for_changed_results(tmp_
     (tmp_path / "results" / "record.json").write_text('{"summary": 1}\n')  # a record rewritten
     (tmp_path / "results" / "new.json").write_text("{}\n")  # and a new one, untracked
     assert code_version(inside)["git_dirty"] is False
+    (tmp_path / "results" / "summary.py").write_text("# a results helper\n")  # results: no
+    (tmp_path / "out.ipynb").write_text("{}\n")  # an output notebook, a log: not code
+    (tmp_path / "run.log").write_text("ok\n")
+    assert code_version(inside)["git_dirty"] is False
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "new_run.py").write_text("x = 1\n")  # a script not committed: dirty
+    assert code_version(inside)["git_dirty"] is True
+    (tmp_path / "scripts" / "new_run.py").unlink()
     (tmp_path / "package" / "code.py").write_text("x = 2\n")  # the code changed: dirty
     assert code_version(inside)["git_dirty"] is True
