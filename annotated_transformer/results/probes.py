@@ -8,6 +8,7 @@ lever may save updates but cost time per update, how many updates and how many s
 needed to first reach the reference's value::
 
     probes = read_probes(ROOT / "results" / "reference" / "probes", "tinyshakespeare", 1600)
+    store = ResultsStore(ROOT / "results")  # results.experiments
     probed = store.load(PROBED_REFERENCE["tinyshakespeare"])  # the run the probes changed
     rows = lever_rows(probes, probed["history"], seconds_per_update)
 """

@@ -66,22 +66,20 @@ def code_version(checkout: Path | None = None) -> dict[str, Any]:
     """
     here = checkout or Path(__file__).resolve().parent
     commit = _git("rev-parse", "HEAD", cwd=here)
-    outside_results = (":(top)", ":(top,exclude)results")
+    not_results = ":(top,exclude)results"
     changed = _git(
-        "status", "--porcelain", "--untracked-files=no", "--", *outside_results, cwd=here
+        "status", "--porcelain", "--untracked-files=no", "--", ":(top)", not_results, cwd=here
     )
     new_code = _git(
         "ls-files",
         "--others",
         "--exclude-standard",
-        "--full-name",
         "--",
         ":(top,glob)**/*.py",
+        not_results,
         cwd=here,
     )
-    dirty = bool(changed) or any(
-        not line.startswith("results/") for line in (new_code or "").splitlines()
-    )
+    dirty = bool(changed) or bool(new_code)
     return {"git_commit": commit or "unknown", "git_dirty": dirty if commit else None}
 
 
