@@ -115,11 +115,14 @@ for _sizes in TRAINING.values():
 # found for at most 90 minutes of wall time on 2 CPU cores with bf16 autocast. Each recipe was
 # chosen by short probes stored in results/reference/probes/ (scripts/reference_probes.py). A task
 # appears here once its recipe is measured; the others are not sized for this profile.
-# Tiny Shakespeare: nanoGPT's 6 x 384 shape, GPT-style (N(0, 0.02) init, no embedding scaling,
-# GELU) with rotary positions; dropout only where the paper puts it (sublayer outputs and
-# embeddings: on a CPU, dropout on the [B, H, T, T] weights and the [B, T, d_ff] hidden layer
-# costs as much as the model); 3500 updates of 32 x 256 characters (about 28M characters, 28
-# epochs of the training split).
+# Tiny Shakespeare: nanoGPT's 6 x 384 shape, GPT-style (N(0, 0.02) init, no embedding scaling)
+# with rotary positions; dropout only where the paper puts it (sublayer outputs and embeddings:
+# on a CPU, dropout on the [B, H, T, T] weights and the [B, T, d_ff] hidden layer costs as much as
+# the model). Its second recipe, after the lever probes (chapter 08): Muon for the layers' weight
+# matrices, ReLU^2, 1375 updates of 32 x 256 characters (about 11M characters, 11 epochs of the
+# training split) evaluated every 125, and the last four evaluations kept so that their mean can
+# replace the best one (chosen on validation). The first recipe (AdamW, GELU, 3500 updates,
+# record tinyshakespeare-reference-seed0-b867757fff44) is the one its probes changed.
 # The decoders' GPT style (Tiny Shakespeare, PTB): N(0, 0.02) init, no embedding scaling, rotary
 # positions, GELU, dropout only on sublayer outputs and embeddings; AdamW as nanoGPT sets it.
 _GPT_STYLE = {
