@@ -50,3 +50,24 @@ def test_each_headline_result_is_the_stored_reference_record(row):
 
 def test_the_table_covers_every_reference_task():
     assert set(table_rows()) == set(ROWS)
+
+
+def test_the_command_line_pages_tiny_shakespeare_reference_row_is_the_stored_record():
+    """book/command_line.md's reference Tiny Shakespeare row: its minutes, best evaluation (and its
+    update) and averaged loss, at the precision shown, are the newest reference record's."""
+    page = (ROOT / "book" / "command_line.md").read_text(encoding="utf-8")
+    row = next(
+        line
+        for line in page.splitlines()
+        if line.startswith("| `train --task tinyshakespeare --profile reference`")
+    )
+    record = ResultsStore(ROOT / "results").find(task="tinyshakespeare", profile="reference")[0]
+    metrics = record["metrics"]
+    minutes = int(re.search(r"\| (\d+) min", row).group(1))
+    assert minutes == round(record["provenance"]["wall_time_s"] / 60)
+    best, step = re.search(r"best evaluation (\d\.\d{3}) \(update (\d+)\)", row).groups()
+    assert float(best) == round(metrics["best_valid_loss"], 3)
+    assert int(step) == metrics["best_step"]
+    averaged = re.search(r"last four evaluations' weights, (\d\.\d{3})", row).group(1)
+    assert len(metrics["averaging_averaged_steps"]) == 4  # "its last four evaluations"
+    assert float(averaged) == round(metrics["averaging_valid_loss_averaged"], 3)
