@@ -3,10 +3,12 @@ penalty, and how often beam search misses the model's most probable translation.
 
 ::
 
-    python scripts/decoding_study.py     # stores results/decoding/<key>.json (about 40 min, CPU)
+    python scripts/decoding_study.py     # stores results/decoding/<key>.json (~95 min, 2-core CPU)
 
 Both read the shipped Multi30k model (``models/multi30k``) on the **validation** split, since a
-decoding setting is a choice, and choices are made on validation:
+decoding setting is a choice, and choices are made on validation. A record belongs to the model it
+measured (the run it came from is in its key and its metrics): when the shipped model is replaced,
+:func:`stored_record` finds nothing until the script has measured the new one.
 
 - :func:`beam_grid`: corpus BLEU, chrF and BLEU's length ratio for every beam size and alpha of
   the grid (greedy once: it has no length penalty);
@@ -185,18 +187,34 @@ def results_store(root: str | Path) -> ResultsStore:
     return ResultsStore(Path(root) / "results" / "decoding")
 
 
+def shipped_record(root: str | Path, study: DecodingStudy | None = None) -> str | None:
+    """The key of the run whose model is shipped in ``study.model`` under checkout ``root`` (the
+    ``record`` of its ``config.json`` metadata), or None when no model is there."""
+    from .pretrained import DESCRIPTION, is_pretrained
+
+    folder = Path(root) / (study or DecodingStudy()).model
+    if not is_pretrained(folder):
+        return None
+    return json.loads((folder / DESCRIPTION).read_text(encoding="utf-8"))["metadata"].get("record")
+
+
 def run_and_store(
     root: str | Path,
     study: DecodingStudy | None = None,
     rerun: bool = False,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, Any]:
-    """Measure ``study`` (the default one) on the shipped model unless stored, and store it."""
+    """Measure ``study`` (the default one) on the shipped model unless a study of that very model
+    is stored (:func:`stored_record`), and store it. The record's key includes the run the model
+    came from, so a replaced model is measured anew rather than read off the old one's record."""
     from ..tasks import build_task
     from .pretrained import load_pretrained
 
     study = study or DecodingStudy()
     root = Path(root)
+    stored = None if rerun else stored_record(root, study)
+    if stored is not None:
+        return stored
     shipped = load_pretrained(root / study.model)
     info = TaskInfo.from_dict(shipped.task)
     record = ResultsStore(root / "results").load(shipped.metadata["record"])
@@ -221,17 +239,25 @@ def run_and_store(
             "precision": "fp32",
         }
 
-    run = {**study.record_config(config["task"]), "seed": config["seed"]}
+    run = {
+        **study.record_config(config["task"]),
+        "seed": config["seed"],
+        "model_record": shipped.metadata["record"],
+    }
     return run_or_load(results_store(root), run, measure, rerun=rerun)
 
 
 def stored_record(root: str | Path, study: DecodingStudy | None = None) -> dict[str, Any] | None:
-    """The stored record of ``study`` (the default one) under checkout ``root``, or None when that
-    exact study has not been measured (a changed :class:`DecodingStudy` is a new record)."""
-    fields = json.loads(json.dumps(dataclasses.asdict(study or DecodingStudy())))  # tuples: lists
+    """The stored record of ``study`` (the default one) measured on the model now shipped in
+    ``study.model`` under checkout ``root``, or None when that exact study of that model has not
+    been measured (a changed :class:`DecodingStudy` or a replaced model is a new record)."""
+    study = study or DecodingStudy()
+    fields = json.loads(json.dumps(dataclasses.asdict(study)))  # tuples: lists
+    model_record = shipped_record(root, study)
     for record in results_store(root).records():
         config = record["config"]
-        if {name: config.get(name) for name in fields} == fields:
+        same_study = {name: config.get(name) for name in fields} == fields
+        if same_study and model_record and record["metrics"].get("record") == model_record:
             return record
     return None
 

@@ -125,3 +125,36 @@ def test_the_grid_table_puts_greedy_in_every_column_and_the_summary_counts_misse
     assert decoding.format_count(counts["errors 2"]) == (
         f"1 / 2 ({100 * low:.0f}–{100 * high:.0f} %)"
     )
+
+
+def test_the_stored_study_is_the_one_of_the_model_now_shipped_and_a_replaced_model_has_none(
+    tmp_path,
+):
+    """Chapter 12 reads the study of ``models/multi30k``: a study measured on a model since
+    replaced is not found (the script measures the new one) and a study with other settings is
+    not either."""
+    import json
+
+    from annotated_transformer.results.experiments import run_key
+
+    folder = tmp_path / "models" / "multi30k"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"")
+
+    def ship(record: str) -> None:
+        (folder / "config.json").write_text(json.dumps({"metadata": {"record": record}}))
+
+    study = decoding.DecodingStudy()
+    store = decoding.results_store(tmp_path)
+    for model_record, beams in (("run-a", list(study.beams)), ("run-b", [1, 2])):
+        config = {**study.record_config("multi30k"), "beams": beams, "seed": 0}
+        store.save(run_key(config), {"config": config, "metrics": {"record": model_record}})
+    assert decoding.stored_record(tmp_path) is None  # nothing shipped
+    ship("run-a")
+    assert decoding.shipped_record(tmp_path) == "run-a"
+    assert decoding.stored_record(tmp_path)["metrics"]["record"] == "run-a"
+    ship("run-b")  # run-b's only study has other beams: not the default study
+    assert decoding.stored_record(tmp_path) is None
+    assert decoding.stored_record(tmp_path, decoding.DecodingStudy(beams=(1, 2))) is not None
+    ship("run-c")  # a model with no study yet
+    assert decoding.stored_record(tmp_path) is None
