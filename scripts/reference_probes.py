@@ -3,12 +3,18 @@ few hundred updates on the real task and stores its history, so the choice can b
 
     python scripts/reference_probes.py tinyshakespeare         # every probe of that task, in turn
     python scripts/reference_probes.py tinyshakespeare NAME    # the named probes only
+    python scripts/reference_probes.py study tinyshakespeare   # the task's three-seed lever study
 
 A probe runs the schedule of the full run (same warmup and max_steps) and stops after
 ``PROBE_STEPS`` updates: the learning curves are comparable where the full run would be. A probe
 keeps ``last.pt`` in ``checkpoints/probes/TASK-NAME/`` while it trains: stopped (Ctrl-C, a
 signal, a lost session), the same command continues it exactly; the folder is removed once the
 record is written.
+
+The lever study (``results.probes.LEVER_STUDY``) trains the `reference` profile's recipe and each
+of its arms at seeds 0 to 2 to the end of the schedule, one run at a time, into
+``results/reference/levers/``; a run already stored is skipped, so the same command goes on
+where it stopped.
 """
 
 from __future__ import annotations
@@ -23,6 +29,11 @@ import torch
 
 from annotated_transformer.__main__ import resolve_settings
 from annotated_transformer.model import build_model
+from annotated_transformer.results.probes import (
+    LEVER_STUDY,
+    LEVER_STUDY_DIRECTORY,
+    lever_study_runs,
+)
 from annotated_transformer.tasks import build_task
 from annotated_transformer.training.averaging import average_checkpoints, evaluation_checkpoints
 from annotated_transformer.training.checkpoint import load_checkpoint
@@ -226,21 +237,41 @@ for lever, change in {
 PROBE_STEPS = {"tinyshakespeare": 250, "multi30k": 250, "ptb": 600}
 
 
-def probe(task_name: str, name: str, overrides: dict) -> dict:
+def study_settings(task_name: str, overrides: dict) -> dict:
+    """The settings of a lever study's arm: the `reference` profile's recipe of ``task_name`` with
+    ``overrides`` (``{"model": {...}, "train": {...}}``) over it."""
+    sets = [
+        f"{section}.{key}={json.dumps(value)}"
+        for section, values in overrides.items()
+        for key, value in values.items()
+    ]
+    return resolve_settings(task_name, {}, sets, profile="reference")
+
+
+def probe(
+    task_name: str,
+    name: str,
+    overrides: dict,
+    settings: dict | None = None,
+    seed: int = 0,
+    out: Path = OUT,
+) -> dict:
     """Train ``BASE[task_name]`` with ``overrides`` for PROBE_STEPS updates (or the probe's own
-    ``"steps"``); store its history."""
+    ``"steps"``), or the given ``settings`` (a lever study's arm), at ``seed``; store its history
+    in ``out``."""
     overrides = dict(overrides)
     steps = overrides.pop("steps", PROBE_STEPS[task_name])
     average = overrides.pop("average", None)
-    sets = [
-        f"{section}.{key}={json.dumps(value)}"
-        for part in (BASE[task_name], overrides)
-        for section, values in part.items()
-        for key, value in values.items()
-    ]
-    settings = resolve_settings(task_name, {}, sets)
-    task = build_task(task_name, settings["data"], seed=0)
-    train = {**settings["train"], "progress": False}
+    if settings is None:
+        sets = [
+            f"{section}.{key}={json.dumps(value)}"
+            for part in (BASE[task_name], overrides)
+            for section, values in part.items()
+            for key, value in values.items()
+        ]
+        settings = resolve_settings(task_name, {}, sets)
+    task = build_task(task_name, settings["data"], seed=seed)
+    train = {**settings["train"], "progress": False, "seed": seed}
     train["eval_every"] = min(train.get("eval_every") or steps, steps)
     # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
     # signal, a lost session) continues exactly where it was when started again.
@@ -292,8 +323,8 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
     record["provenance"] = provenance(train_config.seed, wall_time, None, code)
     if resumed_at is not None:
         record["provenance"]["resumed"] = {"at_step": resumed_at, "finished_with": code_version()}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{task_name}-{name}.json").write_text(
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{task_name}-{name}.json").write_text(
         json.dumps(record, indent=1) + "\n", encoding="utf-8"
     )
     shutil.rmtree(run_dir)  # the record is written: its checkpoints are no longer needed
@@ -310,8 +341,27 @@ def probe(task_name: str, name: str, overrides: dict) -> dict:
     return record
 
 
+def lever_study(task_name: str) -> None:
+    """Train every run of ``task_name``'s lever study not yet stored, one at a time."""
+    out = ROOT / LEVER_STUDY_DIRECTORY
+    for arm, seed in lever_study_runs(task_name):
+        name = f"{arm}-seed{seed}"
+        if (out / f"{task_name}-{name}.json").is_file():
+            continue  # stored: the study goes on with the next run
+        settings = study_settings(task_name, LEVER_STUDY[task_name][arm])
+        keep = settings["train"]["keep_evaluations"]
+        overrides = {**LEVER_STUDY[task_name][arm], "steps": settings["train"]["max_steps"]}
+        probe(task_name, name, {**overrides, "average": keep}, settings, seed, out)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
+    if sys.argv[1:2] == ["study"]:
+        try:
+            lever_study(sys.argv[2] if len(sys.argv) > 2 else "")
+        except ValueError as error:  # an unknown task: the studied ones are named
+            sys.exit(f"reference_probes.py study TASK: {error}")
+        sys.exit(0)
     task_name, names = sys.argv[1], sys.argv[2:] or list(PROBES[sys.argv[1]])
     for name in names:
         probe(task_name, name, PROBES[task_name][name])
