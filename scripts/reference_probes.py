@@ -11,7 +11,7 @@ keeps ``last.pt`` in ``checkpoints/probes/TASK-NAME/`` while it trains: stopped 
 signal, a lost session), the same command continues it exactly; the folder is removed once the
 record is written.
 
-The lever study (``results.probes.LEVER_STUDY``) trains the `reference` profile's recipe and each
+The lever study (``ablation.levers.LEVER_STUDY``) trains the `reference` profile's recipe and each
 of its arms at seeds 0 to 2 to the end of the schedule, one run at a time, into
 ``results/reference/levers/``; a run already stored is skipped, so the same command goes on
 where it stopped.
@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.__main__ import resolve_settings
-from annotated_transformer.model import build_model
-from annotated_transformer.results.probes import (
+from annotated_transformer.ablation.levers import (
     LEVER_STUDY,
     LEVER_STUDY_DIRECTORY,
     lever_study_runs,
 )
+from annotated_transformer.model import build_model
 from annotated_transformer.tasks import build_task
 from annotated_transformer.training.averaging import average_checkpoints, evaluation_checkpoints
 from annotated_transformer.training.checkpoint import load_checkpoint

@@ -30,34 +30,6 @@ PROBED_REFERENCE = {
     "multi30k": "multi30k-reference-seed0-b33cc107e27e",
 }
 
-# The three-seed study of the levers a task's reference recipe adopted (issue 43), fixed before any
-# of it has run. Each arm is the recipe of the `reference` profile with the overrides given (the
-# recipe itself: none), trained by ``scripts/reference_probes.py study TASK`` at every seed of
-# LEVER_STUDY_SEEDS to the end of its cosine, into ``results/reference/levers/``, and read on the
-# validation split. Tiny Shakespeare: Muon and the squared ReLU each set back to the first recipe's
-# choice (AdamW, GELU). Every run keeps the weights of its last four evaluations and scores their
-# mean beside its last weights, so the averaging lever is read off the same runs at no cost. The
-# schedule is not an arm: its alternative, the first recipe's 3500 updates, does not fit the
-# 90-minute budget of a run.
-LEVER_STUDY: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
-    "tinyshakespeare": {
-        "recipe": {},
-        "adamw": {"train": {"optimizer": "adamw"}},
-        "gelu": {"model": {"activation": "gelu"}},
-    },
-}
-LEVER_STUDY_SEEDS = (0, 1, 2)
-LEVER_STUDY_DIRECTORY = Path("results") / "reference" / "levers"  # under the checkout
-
-
-def lever_study_runs(task: str) -> list[tuple[str, int]]:
-    """``(arm, seed)`` of every run of ``task``'s lever study, in the order they are trained: all
-    arms of a seed before the next seed, so the first replicate is complete first. An unknown task
-    is refused with the studied ones."""
-    if task not in LEVER_STUDY:
-        raise ValueError(f"task={task!r} has no lever study; studied: {', '.join(LEVER_STUDY)}")
-    return [(arm, seed) for seed in LEVER_STUDY_SEEDS for arm in LEVER_STUDY[task]]
-
 
 def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str, dict[str, Any]]:
     """The lever probes of ``task`` in ``directory`` that stop at update ``steps``, by lever name

@@ -4,29 +4,19 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import eval_history as history
 
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.probes import (
-    LEVER_STUDY,
     PROBED_REFERENCE,
     evaluations,
     first_reaching,
     lever_rows,
-    lever_study_runs,
     read_probes,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = ROOT / "results" / "reference" / "probes"
-
-
-def history(*losses, every=200):
-    """A history with a training row between evaluations every ``every`` updates."""
-    rows = []
-    for index, loss in enumerate(losses, 1):
-        rows.append({"step": index * every - 1, "train_loss": 9.0})
-        rows.append({"step": index * every, "train_loss": 9.0, "eval_loss": loss})
-    return rows
 
 
 def test_evaluations_and_the_first_to_reach_a_level():
@@ -88,53 +78,3 @@ def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(t
         for step, loss in evaluations(record["history"]):
             assert step % 50 == 0 and 0 < loss < 10
     assert json.loads((PROBES / "tinyshakespeare-step-times.json").read_text())["rounds"] >= 6
-
-
-# What each arm of a lever study sets back, against the recipe (the task's newest reference run).
-STUDY_ARMS = {
-    "tinyshakespeare": {
-        "recipe": {},
-        "adamw": {("train", "optimizer"): ("muon", "adamw")},
-        "gelu": {("model", "activation"): ("relu2", "gelu")},
-    }
-}
-
-
-@pytest.mark.parametrize("task", list(LEVER_STUDY))
-def test_each_lever_study_arm_trains_the_newest_reference_recipe_with_one_lever_set_back(task):
-    """The study's runs are chapter 08's reference run of the task, seed and one lever apart: the
-    model and training configs the script would build, compared field by field with that run's."""
-    import importlib.util
-
-    from annotated_transformer.results.experiments import run_key
-    from annotated_transformer.tasks import build_task
-    from annotated_transformer.training.fit import run_configs
-
-    spec = importlib.util.spec_from_file_location(
-        "probes_script", ROOT / "scripts" / "reference_probes.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    store = ResultsStore(ROOT / "results")
-    reference = store.find(task=task, profile="reference")[0]  # newest first
-    config = reference["config"]
-    built = build_task(task, config["data"], seed=0)
-    want_model, want_train = run_configs(built, config["model"], config["train"])
-    assert reference["key"] == run_key(config) and set(LEVER_STUDY[task]) == set(STUDY_ARMS[task])
-    for arm, overrides in LEVER_STUDY[task].items():
-        settings = script.study_settings(task, overrides)
-        assert settings["data"] == config["data"]
-        model, train = run_configs(built, settings["model"], settings["train"])
-        changed = {
-            (section, key): (getattr(want, key), getattr(got, key))
-            for section, want, got in (("model", want_model, model), ("train", want_train, train))
-            for key in vars(want)
-            if getattr(want, key) != getattr(got, key)
-        }
-        assert changed == STUDY_ARMS[task][arm], arm
-        assert train.keep_evaluations >= 2  # every run also measures the averaging lever
-    runs = lever_study_runs(task)
-    assert runs[: len(LEVER_STUDY[task])] == [(arm, 0) for arm in LEVER_STUDY[task]]
-    assert sorted(runs) == sorted((arm, seed) for arm in LEVER_STUDY[task] for seed in (0, 1, 2))
-    with pytest.raises(ValueError, match="studied: tinyshakespeare"):
-        lever_study_runs("copy")
