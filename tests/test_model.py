@@ -802,7 +802,7 @@ def test_encoder_decoder_learns_to_reverse_digits():
         decoder_input = torch.cat([torch.full((size, 1), bos), target[:, :-1]], dim=1)
         return src, decoder_input, target
 
-    for _ in range(250):
+    for _ in range(400):  # 250 left 92.5 % exact with 2 threads: chaotic in rounding
         src, decoder_input, target = batch(64)
         loss = F.cross_entropy(model(src, decoder_input).flatten(0, 1), target.flatten())
         optimizer.zero_grad()
