@@ -237,15 +237,21 @@ for lever, change in {
 PROBE_STEPS = {"tinyshakespeare": 250, "multi30k": 250, "ptb": 600}
 
 
+def assignments(*parts: dict) -> list[str]:
+    """``--set`` assignments (``section.key=json``) of ``{"model": {...}, "train": {...}}`` parts,
+    later parts over earlier ones."""
+    return [
+        f"{section}.{key}={json.dumps(value)}"
+        for part in parts
+        for section, values in part.items()
+        for key, value in values.items()
+    ]
+
+
 def study_settings(task_name: str, overrides: dict) -> dict:
     """The settings of a lever study's arm: the `reference` profile's recipe of ``task_name`` with
     ``overrides`` (``{"model": {...}, "train": {...}}``) over it."""
-    sets = [
-        f"{section}.{key}={json.dumps(value)}"
-        for section, values in overrides.items()
-        for key, value in values.items()
-    ]
-    return resolve_settings(task_name, {}, sets, profile="reference")
+    return resolve_settings(task_name, {}, assignments(overrides), profile="reference")
 
 
 def probe(
@@ -263,13 +269,7 @@ def probe(
     steps = overrides.pop("steps", PROBE_STEPS[task_name])
     average = overrides.pop("average", None)
     if settings is None:
-        sets = [
-            f"{section}.{key}={json.dumps(value)}"
-            for part in (BASE[task_name], overrides)
-            for section, values in part.items()
-            for key, value in values.items()
-        ]
-        settings = resolve_settings(task_name, {}, sets)
+        settings = resolve_settings(task_name, {}, assignments(BASE[task_name], overrides))
     task = build_task(task_name, settings["data"], seed=seed)
     train = {**settings["train"], "progress": False, "seed": seed}
     train["eval_every"] = min(train.get("eval_every") or steps, steps)

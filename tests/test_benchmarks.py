@@ -2,6 +2,7 @@
 documented JSON; its CUDA-only rows run on a CPU too. No timing is asserted: the numbers of a
 smoke run mean nothing."""
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -286,6 +287,11 @@ def test_the_profile_tables_of_a_step_sit_side_by_side(tmp_path, monkeypatch):
     tiny = models.make_plan("smoke", cuda=False).decode_size
     monkeypatch.setattr(suite, "PROFILE_SIZES", [tiny])
     monkeypatch.setattr(suite, "native_bf16", lambda device: True)
+    # every operator, not the top 12: at this tiny size a busy machine may push the matrix
+    # products below the cut, and the test is about what the tables hold, not the ranking
+    monkeypatch.setattr(
+        suite, "profile_step", functools.partial(suite.profile_step, row_limit=10_000)
+    )
     (tmp_path / "model.py").write_text(FAKE_NANOGPT)
     document = suite.profile(torch.device("cpu"), str(tmp_path), log=lambda *_: None)
     keys = [(t["size"], t["precision"], t["model"]) for t in document["tables"]]
@@ -294,7 +300,5 @@ def test_the_profile_tables_of_a_step_sit_side_by_side(tmp_path, monkeypatch):
         *ops, total = table["ops"]
         assert total["op"] == "total" and ops
         assert sum(op["self_ms"] for op in ops) <= total["self_ms"] * 1.0001
-        # the costliest operators first; at this tiny size a busy machine may push the matrix
-        # products out of the top rows, so the names are only checked to be torch's operators
         assert [op["self_ms"] for op in ops] == sorted((op["self_ms"] for op in ops), reverse=True)
-        assert any(op["op"].startswith("aten::") for op in ops)
+        assert any(op["op"] in ("aten::mm", "aten::addmm") for op in ops)
