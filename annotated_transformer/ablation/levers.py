@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results.probes import evaluations
-from .statistics import POWER, detectable_difference, holm_verdicts, judge
+from .statistics import detectable_difference, holm_verdicts, judge, standardized_paired
 
 # The three-seed study of the levers a task's reference recipe adopted (issue 43), fixed before any
 # of it has run. Each arm is the recipe of the `reference` profile with the overrides given (the
@@ -100,16 +100,3 @@ def lever_study_rows(runs: dict[str, dict[int, dict]]) -> list[dict[str, Any]]:
     rows.append(row)
     holm_verdicts(rows)  # one family: every lever of the study
     return rows
-
-
-def standardized_paired(pairs: int, alpha: float = 0.05, power: float = POWER) -> float:
-    """The smallest mean difference, in standard deviations of the paired differences, that a
-    two-sided paired t-test of ``pairs`` pairs finds with probability ``power``
-    (``statsmodels``' ``TTestPower().solve_power``)."""
-    from statsmodels.stats.power import TTestPower
-
-    return float(
-        TTestPower().solve_power(
-            effect_size=None, nobs=pairs, alpha=alpha, power=power, alternative="two-sided"
-        )
-    )

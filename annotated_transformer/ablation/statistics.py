@@ -201,6 +201,19 @@ def standardized_detectable(
     )
 
 
+def standardized_paired(pairs: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest mean difference, in standard deviations of the paired differences, that a
+    two-sided paired t-test of ``pairs`` pairs finds with probability ``power``
+    (``statsmodels``' ``TTestPower().solve_power``)."""
+    from statsmodels.stats.power import TTestPower
+
+    return float(
+        TTestPower().solve_power(
+            effect_size=None, nobs=pairs, alpha=alpha, power=power, alternative="two-sided"
+        )
+    )
+
+
 SAME_RUNS = "same runs as baseline"
 
 
