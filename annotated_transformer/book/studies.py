@@ -617,3 +617,44 @@ def noise_frame(records: Sequence[dict[str, Any]], metric: str) -> pd.DataFrame:
         ),
     }
     return pd.DataFrame({unit(metric): rows})
+
+
+def lever_runs_frame(runs: dict[str, dict[int, dict]], task: str) -> pd.DataFrame:
+    """A lever study's plan as the page shows it (chapter 08): one row per arm of
+    ``ablation.levers.LEVER_STUDY[task]``, one column per seed, each cell the validation loss of
+    the mean of that run's last evaluations' weights, or "not yet run" where it is not stored."""
+    from annotated_transformer.ablation.levers import LEVER_STUDY, LEVER_STUDY_SEEDS
+
+    cells = {
+        arm: {
+            f"seed {seed}": (
+                f"{runs[arm][seed]['averaged']['valid_loss']:.4f}"
+                if seed in runs.get(arm, {})
+                else "not yet run"
+            )
+            for seed in LEVER_STUDY_SEEDS
+        }
+        for arm in LEVER_STUDY[task]
+    }
+    return pd.DataFrame.from_dict(cells, orient="index").rename_axis("arm")
+
+
+def lever_verdict_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The rows of ``ablation.levers.lever_study_rows`` as the page shows them: what each lever is
+    worth in nats (removing it minus keeping it: positive, it helps) with the half-width of its
+    95 % interval, the runs a side, Holm's p-value, the verdict and the smallest difference the
+    runs could detect at 80 % power."""
+    table = [
+        {
+            "lever": row["lever"],
+            "runs": " + ".join(map(str, row["runs"])),
+            "worth ± 95% (nats)": plus_minus(
+                row["difference"], row.get("low", math.nan), row.get("high", math.nan), 4, "+"
+            ),
+            "p_holm": p_text(row.get("p_holm", math.nan)),
+            "verdict": row["verdict"],
+            "detectable": "" if pd.isna(row.get("detectable")) else f"{row['detectable']:.4f}",
+        }
+        for row in rows
+    ]
+    return pd.DataFrame(table).set_index("lever")

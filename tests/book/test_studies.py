@@ -165,3 +165,36 @@ def test_every_headline_finding_of_chapter_09_names_a_stored_study_and_variant()
     for pick in views.HEADLINE:
         found = views.finding(views.find_study(stored, pick.task, pick.study), pick.variant)
         assert found["verdict"] in ("better", "worse", "within noise")  # a comparison, judged
+
+
+def test_a_lever_study_is_shown_as_its_plan_with_each_stored_run_and_signed_worth():
+    from annotated_transformer.ablation.levers import LEVER_STUDY, lever_study_rows
+
+    def run(averaged, best):
+        return {
+            "averaged": {"valid_loss": averaged},
+            "history": [{"step": 1, "eval_loss": best + 0.1}, {"step": 2, "eval_loss": best}],
+        }
+
+    assert (views.lever_runs_frame({}, "tinyshakespeare") == "not yet run").all().all()
+    runs = {
+        "recipe": {0: run(1.4512, 1.4600), 1: run(1.4530, 1.4590)},
+        "adamw": {0: run(1.4701, 1.48), 1: run(1.4655, 1.47)},
+    }
+    plan = views.lever_runs_frame(runs, "tinyshakespeare")
+    assert list(plan.index) == list(LEVER_STUDY["tinyshakespeare"])  # every arm, stored or not
+    assert list(plan.columns) == ["seed 0", "seed 1", "seed 2"]
+    assert plan.loc["recipe", "seed 1"] == "1.4530" and plan.loc["adamw", "seed 0"] == "1.4701"
+    assert plan.loc["gelu", "seed 0"] == plan.loc["recipe", "seed 2"] == "not yet run"
+    rows = lever_study_rows(runs)
+    shown = views.lever_verdict_frame(rows)
+    adamw = next(row for row in rows if row["lever"] == "adamw")
+    half = (adamw["high"] - adamw["low"]) / 2
+    # set back minus kept: AdamW is worse here, so Muon is worth a positive number
+    assert shown.loc["adamw", "worth ± 95% (nats)"] == f"+{adamw['difference']:.4f} ± {half:.4f}"
+    assert shown.loc["adamw", "runs"] == "2 + 2"
+    assert shown.loc["adamw", "verdict"] == adamw["verdict"]
+    assert shown.loc["adamw", "detectable"] == f"{adamw['detectable']:.4f}"
+    with_nothing = views.lever_verdict_frame(lever_study_rows({}))
+    assert with_nothing.loc["averaging", "verdict"] == "cannot judge"
+    assert with_nothing.loc["averaging", "worth ± 95% (nats)"] == ""  # no run: no number
