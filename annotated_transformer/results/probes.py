@@ -24,10 +24,11 @@ PROBE_PREFIX = "reference-"  # the probes of one lever against the reference rec
 
 # The reference record whose recipe each task's lever probes changed one setting of. The probes
 # are read against that run even after a newer reference run (one that adopted levers) has
-# replaced it as the task's result; a task not named here has had no lever probes.
+# replaced it as the task's result; a task not named here has no lever probes defined.
 PROBED_REFERENCE = {
     "tinyshakespeare": "tinyshakespeare-reference-seed0-b867757fff44",
     "multi30k": "multi30k-reference-seed0-b33cc107e27e",
+    "ptb": "ptb-reference-seed0-98dfc4156f72",
 }
 
 

@@ -54,10 +54,13 @@ LEVER_SETTINGS = {
     "relu2": {("model", "activation")},
     "dropout-0.3": {("model", "dropout")},
     "token-rms-1": {("model", "token_rms")},
+    "schedule": {("train", "max_steps")},  # its own cosine, trained to its end
 }
 
 
-@pytest.mark.parametrize(("task", "stop"), [("tinyshakespeare", 1600), ("multi30k", 1000)])
+@pytest.mark.parametrize(
+    ("task", "stop"), [("tinyshakespeare", 1600), ("multi30k", 1000), ("ptb", 1500)]
+)
 def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(task, stop):
     reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])
     assert (reference["config"]["task"], reference["config"]["profile"]) == (task, "reference")
@@ -78,3 +81,42 @@ def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(t
         for step, loss in evaluations(record["history"]):
             assert step % 50 == 0 and 0 < loss < 10
     assert json.loads((PROBES / "tinyshakespeare-step-times.json").read_text())["rounds"] >= 6
+
+
+@pytest.mark.parametrize("task", list(PROBED_REFERENCE))
+def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_changed_only(task):
+    """The definitions in scripts/reference_probes.py, run or not: the settings a probe would
+    train (as the script resolves them) are the probed reference run's, but for its lever, and
+    its schedule is the reference's, stopped early."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "probes_script", ROOT / "scripts" / "reference_probes.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    from annotated_transformer.__main__ import resolve_settings
+
+    reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])["config"]
+    defined = {
+        name.removeprefix("reference-").rsplit("-", 1)[0]: probe
+        for name, probe in script.PROBES[task].items()
+        if name.startswith("reference-")
+    }
+    assert defined, f"{task} is named in PROBED_REFERENCE but has no lever probe"
+    for lever, probe in defined.items():
+        overrides = {key: value for key, value in probe.items() if key in ("model", "train")}
+        settings = resolve_settings(task, {}, script.assignments(script.BASE[task], overrides))
+        changed = {
+            (section, key)
+            for section in ("data", "model", "train")
+            for key, value in settings[section].items()
+            if key != "eval_every" and reference[section].get(key) != value
+        }
+        assert changed == LEVER_SETTINGS[lever], lever
+        if lever == "schedule":
+            assert probe["steps"] == settings["train"]["max_steps"]
+        else:  # the reference's schedule, stopped early: the curves compare update for update
+            assert (
+                settings["train"]["max_steps"] == reference["train"]["max_steps"] > probe["steps"]
+            )
