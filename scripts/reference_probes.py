@@ -47,6 +47,21 @@ OUT = ROOT / "results" / "reference" / "probes"
 CHECKPOINTS = ROOT / "checkpoints" / "probes"  # a probe's run folder while it trains (ignored)
 SAVE_EVERY = 100  # updates between saves of last.pt (about 6 minutes at the reference size)
 
+
+def lever_probes(reference: dict, changes: dict[str, dict], steps: int) -> dict[str, dict]:
+    """One probe per lever: ``reference`` (the probed recipe's ``model``/``train`` overrides of the
+    task's BASE) with the lever's ``change`` over it, on the reference's schedule, stopped after
+    ``steps`` updates: ``{"reference-<lever>-<steps>": probe}``."""
+    return {
+        f"reference-{lever}-{steps}": {
+            "model": {**reference["model"], **change.get("model", {})},
+            "train": {**reference["train"], **change.get("train", {})},
+            "steps": steps,
+        }
+        for lever, change in changes.items()
+    }
+
+
 BASE = {
     "tinyshakespeare": {
         "data": {"context_length": 256, "batch_size": 32, "batches_per_epoch": 1000},
@@ -146,18 +161,17 @@ PROBES["tinyshakespeare"]["reference-schedule-2000"] = {
 # on the full schedule to update 1600, where the reference was at its best (1.4898): Muon for the
 # layers' matrices (its update matched to AdamW's rms, so the same rate), QK-norm, ReLU², more
 # dropout against the overfit, and tokens started at rms 1. Defined before any of them has run.
-for lever, change in {
-    "muon": {"train": {"optimizer": "muon"}},
-    "qk-norm": {"model": {"qk_norm": True}},
-    "relu2": {"model": {"activation": "relu2"}},
-    "dropout-0.3": {"model": {"dropout": 0.3}},
-    "token-rms-1": {"model": {"token_rms": 1.0}},
-}.items():
-    PROBES["tinyshakespeare"][f"reference-{lever}-1600"] = {
-        "model": {**REFERENCE_TINYSHAKESPEARE["model"], **change.get("model", {})},
-        "train": {**REFERENCE_TINYSHAKESPEARE["train"], **change.get("train", {})},
-        "steps": 1600,
-    }
+PROBES["tinyshakespeare"] |= lever_probes(
+    REFERENCE_TINYSHAKESPEARE,
+    {
+        "muon": {"train": {"optimizer": "muon"}},
+        "qk-norm": {"model": {"qk_norm": True}},
+        "relu2": {"model": {"activation": "relu2"}},
+        "dropout-0.3": {"model": {"dropout": 0.3}},
+        "token-rms-1": {"model": {"token_rms": 1.0}},
+    },
+    1600,
+)
 # Checkpoint averaging, measured inside a probe at no cost to its training: the weights of its
 # last five evaluations kept ("average": 5), their mean scored beside the last weights. Evaluating
 # every 100 updates instead of 200 changes no update, and puts the five at updates 1200 to 1600.
@@ -222,15 +236,11 @@ REFERENCE_MULTI30K = {
         "early_stopping_patience": 5,
     },
 }
-for lever, change in {
-    "token-rms-1": {"model": {"token_rms": 1.0}},
-    "muon": {"train": {"optimizer": "muon"}},
-}.items():
-    PROBES["multi30k"][f"reference-{lever}-1000"] = {
-        "model": {**REFERENCE_MULTI30K["model"], **change.get("model", {})},
-        "train": {**REFERENCE_MULTI30K["train"], **change.get("train", {})},
-        "steps": 1000,
-    }
+PROBES["multi30k"] |= lever_probes(
+    REFERENCE_MULTI30K,
+    {"token-rms-1": {"model": {"token_rms": 1.0}}, "muon": {"train": {"optimizer": "muon"}}},
+    1000,
+)
 # The Penn Treebank's levers, against its reference recipe (the reference profile: 6 x 256, dropout
 # 0.3, rotary positions, GELU, AdamW, 6000 updates evaluated every 300; test perplexity 86.6), each
 # stopped at update 1500, where the reference run's validation loss was 4.687 on its way to 4.553:
@@ -239,15 +249,11 @@ for lever, change in {
 # took 88.6 min on the first run's Xeon, more on a slower machine: a lever must save updates.
 # Defined before either has run.
 REFERENCE_PTB = {"model": {"d_model": 256, "n_heads": 4, "n_layers": 6, "d_ff": 1024}, "train": {}}
-for lever, change in {
-    "muon": {"train": {"optimizer": "muon"}},
-    "relu2": {"model": {"activation": "relu2"}},
-}.items():
-    PROBES["ptb"][f"reference-{lever}-1500"] = {
-        "model": {**REFERENCE_PTB["model"], **change.get("model", {})},
-        "train": {**REFERENCE_PTB["train"], **change.get("train", {})},
-        "steps": 1500,
-    }
+PROBES["ptb"] |= lever_probes(
+    REFERENCE_PTB,
+    {"muon": {"train": {"optimizer": "muon"}}, "relu2": {"model": {"activation": "relu2"}}},
+    1500,
+)
 # Updates per probe: a few hundred where the early curve decides (the model's shape and positions);
 # more for the word-level corpora, whose question is regularisation: a million training words
 # are seen several times within the full run, and only a longer probe shows which dropout holds.
