@@ -34,11 +34,26 @@ BEAM, ALPHA = 4, 0.6  # chapter 08's setting (Vaswani et al., section 6.1)
 RESAMPLES = 1000  # of the sentences, for the paired bootstrap
 
 
-def decode(folder: Path, split: str) -> dict:
-    """The model in ``folder`` decoding ``split`` of the task its run trained on."""
+CANDIDATES = ROOT / "results" / "reference" / "probes"  # candidate runs, stored but not shipped
+
+
+def run_record(key: str) -> dict | None:
+    """The stored record of run ``key``: a result in ``results/``, or a candidate's record in
+    ``results/reference/probes/`` (a run whose model was not shipped); None where neither is."""
+    store = ResultsStore(ROOT / "results")
+    if store.path(key).is_file():
+        return store.load(key)
+    for path in sorted(CANDIDATES.glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("key") == key:
+            return record
+    return None
+
+
+def decode(folder: Path, split: str, config: dict) -> dict:
+    """The model in ``folder`` decoding ``split`` of the task its run (``config``) trained on."""
     shipped = load_pretrained(folder)
     key = shipped.metadata["record"]
-    config = ResultsStore(ROOT / "results").load(key)["config"]
     task = build_task(config["task"], config["data"], seed=config["seed"])
     info = TaskInfo.from_dict(shipped.task)
     hypotheses = translate(
@@ -66,9 +81,23 @@ def main(argv: list[str] | None = None) -> int:
     for folder in (args.first, args.second):
         if not is_pretrained(folder):
             parser.error(f"{folder} is not a shipped model folder (config.json, model.safetensors)")
+    configs = []
+    for folder in (args.first, args.second):  # every record found before any decoding
+        key = load_pretrained(folder).metadata.get("record")
+        record = run_record(key) if key else None
+        if record is None:
+            parser.error(
+                f"{folder}: the run its model came from ({key or 'not named in its config'}) is "
+                f"stored neither in results/ nor in results/reference/probes/; store that run's "
+                "record (a candidate's under results/reference/probes/) and run this again"
+            )
+        configs.append(record["config"])
     torch.set_num_threads(2)
     started = time.perf_counter()
-    first, second = (decode(folder, args.split) for folder in (args.first, args.second))
+    first, second = (
+        decode(folder, args.split, config)
+        for folder, config in zip((args.first, args.second), configs, strict=True)
+    )
     if first["task"] != second["task"] or first["references"] != second["references"]:
         parser.error("the two models were trained on different tasks or splits: nothing to pair")
     difference = bleu_difference(

@@ -24,7 +24,7 @@ SYSTEMS = {
 
 
 def fake_decode(references=REFERENCES, task="multi30k"):
-    def decode(folder, split):
+    def decode(folder, split, config):
         name = Path(folder).name
         return {
             "record": f"{task}-reference-{name}",
@@ -39,10 +39,17 @@ def fake_decode(references=REFERENCES, task="multi30k"):
     return decode
 
 
+class Shipped:
+    def __init__(self, folder):
+        self.metadata = {"record": f"multi30k-reference-{Path(folder).name}"}
+
+
 @pytest.fixture
 def patched(tmp_path, monkeypatch):
     monkeypatch.setattr(script, "OUT", tmp_path)
     monkeypatch.setattr(script, "is_pretrained", lambda folder: True)
+    monkeypatch.setattr(script, "load_pretrained", Shipped)
+    monkeypatch.setattr(script, "run_record", lambda key: {"key": key, "config": {}})
     return tmp_path
 
 
@@ -75,9 +82,42 @@ def test_folders_that_are_no_models_or_of_different_tasks_are_refused(patched, m
     monkeypatch.setattr(
         script,
         "decode",
-        lambda folder, split: (other if "new" in str(folder) else fake_decode())(folder, split),
+        lambda folder, split, config: (other if "new" in str(folder) else fake_decode())(
+            folder, split, config
+        ),
     )
     with pytest.raises(SystemExit):
         script.main(["models/old", "models/new"])
     assert "different tasks or splits" in capsys.readouterr().err
     assert not list(patched.iterdir())  # nothing stored
+
+
+def test_a_model_whose_run_is_not_stored_is_refused_before_any_decoding(
+    patched, monkeypatch, capsys
+):
+    monkeypatch.setattr(
+        script, "run_record", lambda key: None if key.endswith("new") else {"config": {}}
+    )
+    decoded = []
+    monkeypatch.setattr(script, "decode", lambda *args: decoded.append(args))
+    with pytest.raises(SystemExit) as stop:
+        script.main(["models/old", "models/new"])
+    error = capsys.readouterr().err
+    assert stop.value.code == 2 and "models/new: the run its model came from" in error
+    assert "multi30k-reference-new" in error and "results/reference/probes/" in error
+    assert decoded == [] and not list(patched.iterdir())  # refused before decoding the first
+
+
+def test_a_run_is_found_in_the_results_store_or_among_the_stored_candidates(tmp_path, monkeypatch):
+    (tmp_path / "results" / "reference" / "probes").mkdir(parents=True)
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    monkeypatch.setattr(script, "CANDIDATES", tmp_path / "results" / "reference" / "probes")
+    result = {"key": "multi30k-reference-seed0-aaa", "config": {"seed": 0}}
+    candidate = {"key": "multi30k-reference-seed0-bbb", "config": {"seed": 1}}
+    (tmp_path / "results" / "multi30k-reference-seed0-aaa.json").write_text(json.dumps(result))
+    (tmp_path / "results" / "reference" / "probes" / "multi30k-candidate-x.json").write_text(
+        json.dumps(candidate)
+    )
+    assert script.run_record("multi30k-reference-seed0-aaa")["config"] == {"seed": 0}
+    assert script.run_record("multi30k-reference-seed0-bbb")["config"] == {"seed": 1}
+    assert script.run_record("multi30k-reference-seed0-ccc") is None
