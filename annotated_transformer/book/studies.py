@@ -619,12 +619,13 @@ def noise_frame(records: Sequence[dict[str, Any]], metric: str) -> pd.DataFrame:
     return pd.DataFrame({unit(metric): rows})
 
 
-def lever_runs_frame(runs: dict[str, dict[int, dict]], task: str) -> pd.DataFrame:
-    """A lever study's plan as the page shows it (chapter 08): one row per arm of
-    ``ablation.levers.LEVER_STUDY[task]``, one column per seed, each cell the validation loss of
-    the mean of that run's last evaluations' weights, or "not yet run" where it is not stored."""
-    from annotated_transformer.ablation.levers import LEVER_STUDY, LEVER_STUDY_SEEDS
-
+def lever_runs_frame(
+    runs: dict[str, dict[int, dict]], arms: Sequence[str], seeds: Sequence[int]
+) -> pd.DataFrame:
+    """A lever study's plan as the page shows it (chapter 08): one row per arm of the plan
+    (``ablation.levers.LEVER_STUDY[task]``), one column per seed (``LEVER_STUDY_SEEDS``), each
+    cell the validation loss of the mean of that run's last evaluations' weights, or "not yet
+    run" where ``runs`` (``read_lever_study``) has no record of it."""
     cells = {
         arm: {
             f"seed {seed}": (
@@ -632,9 +633,9 @@ def lever_runs_frame(runs: dict[str, dict[int, dict]], task: str) -> pd.DataFram
                 if seed in runs.get(arm, {})
                 else "not yet run"
             )
-            for seed in LEVER_STUDY_SEEDS
+            for seed in seeds
         }
-        for arm in LEVER_STUDY[task]
+        for arm in arms
     }
     return pd.DataFrame.from_dict(cells, orient="index").rename_axis("arm")
 

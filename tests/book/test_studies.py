@@ -168,7 +168,11 @@ def test_every_headline_finding_of_chapter_09_names_a_stored_study_and_variant()
 
 
 def test_a_lever_study_is_shown_as_its_plan_with_each_stored_run_and_signed_worth():
-    from annotated_transformer.ablation.levers import LEVER_STUDY, lever_study_rows
+    from annotated_transformer.ablation.levers import (
+        LEVER_STUDY,
+        LEVER_STUDY_SEEDS,
+        lever_study_rows,
+    )
 
     def run(averaged, best):
         return {
@@ -176,12 +180,13 @@ def test_a_lever_study_is_shown_as_its_plan_with_each_stored_run_and_signed_wort
             "history": [{"step": 1, "eval_loss": best + 0.1}, {"step": 2, "eval_loss": best}],
         }
 
-    assert (views.lever_runs_frame({}, "tinyshakespeare") == "not yet run").all().all()
+    plan_of = {"arms": list(LEVER_STUDY["tinyshakespeare"]), "seeds": LEVER_STUDY_SEEDS}
+    assert (views.lever_runs_frame({}, **plan_of) == "not yet run").all().all()
     runs = {
         "recipe": {0: run(1.4512, 1.4600), 1: run(1.4530, 1.4590)},
         "adamw": {0: run(1.4701, 1.48), 1: run(1.4655, 1.47)},
     }
-    plan = views.lever_runs_frame(runs, "tinyshakespeare")
+    plan = views.lever_runs_frame(runs, **plan_of)
     assert list(plan.index) == list(LEVER_STUDY["tinyshakespeare"])  # every arm, stored or not
     assert list(plan.columns) == ["seed 0", "seed 1", "seed 2"]
     assert plan.loc["recipe", "seed 1"] == "1.4530" and plan.loc["adamw", "seed 0"] == "1.4701"
