@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,9 +51,9 @@ def run_record(key: str) -> dict | None:
     return None
 
 
-def decode(folder: Path, split: str, config: dict) -> dict:
-    """The model in ``folder`` decoding ``split`` of the task its run (``config``) trained on."""
-    shipped = load_pretrained(folder)
+def decode(shipped: Any, split: str, config: dict) -> dict:
+    """A shipped model (``load_pretrained``) decoding ``split`` of the task its run (``config``)
+    trained on."""
     key = shipped.metadata["record"]
     task = build_task(config["task"], config["data"], seed=config["seed"])
     info = TaskInfo.from_dict(shipped.task)
@@ -81,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     for folder in (args.first, args.second):
         if not is_pretrained(folder):
             parser.error(f"{folder} is not a shipped model folder (config.json, model.safetensors)")
-    configs = []
+    models, configs = [], []
     for folder in (args.first, args.second):  # every record found before any decoding
-        key = load_pretrained(folder).metadata.get("record")
+        models.append(load_pretrained(folder))
+        key = models[-1].metadata.get("record")
         record = run_record(key) if key else None
         if record is None:
             parser.error(
@@ -95,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     started = time.perf_counter()
     first, second = (
-        decode(folder, args.split, config)
-        for folder, config in zip((args.first, args.second), configs, strict=True)
+        decode(shipped, args.split, config) for shipped, config in zip(models, configs, strict=True)
     )
     if first["task"] != second["task"] or first["references"] != second["references"]:
         parser.error("the two models were trained on different tasks or splits: nothing to pair")

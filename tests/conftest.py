@@ -2,8 +2,10 @@
 beside the checkout (as the Makefile and CI set it); the one tiny-model factory the tests build
 their models with (``from conftest import tiny_config, tiny_model``)."""
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("AT_HEADLESS", "1")  # chapters executed here: explorers drawn headless
 os.environ.setdefault("AT_DATA_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -46,3 +48,12 @@ def eval_history(*losses: float, every: int = 200) -> list[dict]:
         rows.append({"step": index * every - 1, "train_loss": 9.0})
         rows.append({"step": index * every, "train_loss": 9.0, "eval_loss": loss})
     return rows
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` imported as a module (the scripts folder is no package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

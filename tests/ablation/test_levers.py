@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import eval_history as history
+from conftest import load_script
 
 from annotated_transformer.ablation.levers import (
     LEVER_STUDY,
@@ -32,17 +33,11 @@ STUDY_ARMS = {
 def test_each_lever_study_arm_trains_the_newest_reference_recipe_with_one_lever_set_back(task):
     """The study's runs are chapter 08's reference run of the task, seed and one lever apart: the
     model and training configs the script would build, compared field by field with that run's."""
-    import importlib.util
-
     from annotated_transformer.results.experiments import run_key
     from annotated_transformer.tasks import build_task
     from annotated_transformer.training.fit import run_configs
 
-    spec = importlib.util.spec_from_file_location(
-        "probes_script", ROOT / "scripts" / "reference_probes.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("reference_probes")
     store = ResultsStore(ROOT / "results")
     reference = store.find(task=task, profile="reference")[0]  # newest first
     config = reference["config"]

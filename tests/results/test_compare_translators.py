@@ -1,20 +1,15 @@
 """scripts/compare_translators.py: two translators' test translations paired, the difference with
 its bootstrap interval stored; folders that are no models, or models of different tasks, refused."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from annotated_transformer.metrics import bleu_difference, corpus_bleu
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location(
-    "compare_translators", ROOT / "scripts" / "compare_translators.py"
-)
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)
+script = load_script("compare_translators")
 
 REFERENCES = ["a man rides a bike .", "two dogs play in the snow .", "a girl reads a book ."]
 SYSTEMS = {
@@ -24,8 +19,8 @@ SYSTEMS = {
 
 
 def fake_decode(references=REFERENCES, task="multi30k"):
-    def decode(folder, split, config):
-        name = Path(folder).name
+    def decode(shipped, split, config):
+        name = shipped.name
         return {
             "record": f"{task}-reference-{name}",
             "task": task,
@@ -40,8 +35,11 @@ def fake_decode(references=REFERENCES, task="multi30k"):
 
 
 class Shipped:
+    """What load_pretrained returns, as far as the script reads it."""
+
     def __init__(self, folder):
-        self.metadata = {"record": f"multi30k-reference-{Path(folder).name}"}
+        self.name = Path(folder).name
+        self.metadata = {"record": f"multi30k-reference-{self.name}"}
 
 
 @pytest.fixture
@@ -82,8 +80,8 @@ def test_folders_that_are_no_models_or_of_different_tasks_are_refused(patched, m
     monkeypatch.setattr(
         script,
         "decode",
-        lambda folder, split, config: (other if "new" in str(folder) else fake_decode())(
-            folder, split, config
+        lambda shipped, split, config: (other if shipped.name == "new" else fake_decode())(
+            shipped, split, config
         ),
     )
     with pytest.raises(SystemExit):

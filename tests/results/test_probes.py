@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from conftest import eval_history as history
+from conftest import load_script
 
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.probes import (
@@ -88,13 +89,7 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
     """The definitions in scripts/reference_probes.py, run or not: the settings a probe would
     train (as the script resolves them) are the probed reference run's, but for its lever, and
     its schedule is the reference's, stopped early."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "probes_script", ROOT / "scripts" / "reference_probes.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("reference_probes")
     from annotated_transformer.__main__ import resolve_settings
 
     reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])["config"]
