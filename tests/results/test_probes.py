@@ -54,6 +54,7 @@ LEVER_SETTINGS = {
     "qk-norm": {("model", "qk_norm")},
     "relu2": {("model", "activation")},
     "dropout-0.3": {("model", "dropout")},
+    "inner-dropout-0.1": {("model", "attention_dropout"), ("model", "activation_dropout")},
     "token-rms-1": {("model", "token_rms")},
     "schedule": {("train", "max_steps")},  # its own cosine, trained to its end
 }
