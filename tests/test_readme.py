@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from annotated_transformer.results.experiments import ResultsStore
 
@@ -71,3 +72,18 @@ def test_the_command_line_pages_tiny_shakespeare_reference_row_is_the_stored_rec
     averaged = re.search(r"last four evaluations' weights, (\d\.\d{3})", row).group(1)
     assert len(metrics["averaging_averaged_steps"]) == 4  # "its last four evaluations"
     assert float(averaged) == round(metrics["averaging_valid_loss_averaged"], 3)
+
+
+def test_every_probe_the_command_line_page_names_is_defined():
+    """A `reference_probes.py TASK NAME ...` command on book/command_line.md names probes that
+    scripts/reference_probes.py defines for that task (a renamed probe would fail the reader)."""
+    probes = load_script("reference_probes").PROBES
+    page = (ROOT / "book" / "command_line.md").read_text(encoding="utf-8")
+    text = " ".join(page.split())  # commands wrapped across lines
+    commands = re.findall(
+        r"scripts/reference_probes\.py ([a-z0-9-]+)((?: reference-[\w.-]+)+)", text
+    )
+    assert commands, "the page names no probe"
+    for task, names in commands:
+        for name in names.split():
+            assert name.rstrip(".`") in probes[task], (task, name)
