@@ -61,7 +61,8 @@ LEVER_SETTINGS = {
 
 
 @pytest.mark.parametrize(
-    ("task", "stop"), [("tinyshakespeare", 1600), ("multi30k", 1000), ("ptb", 1500)]
+    ("task", "stop"),
+    [("tinyshakespeare", 1600), ("multi30k", 1000), ("multi30k", 2250), ("ptb", 1500)],
 )
 def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(task, stop):
     reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])
@@ -69,6 +70,8 @@ def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(t
     probes = read_probes(PROBES, task, stop)
     if task == "tinyshakespeare":
         assert {"muon", "qk-norm"} <= set(probes)
+    if not probes:
+        pytest.skip(f"no {task} probe stopping at update {stop} is stored yet")
     assert set(probes) <= set(LEVER_SETTINGS)
     for lever, record in probes.items():
         changed = {
