@@ -69,6 +69,17 @@ def test_the_difference_of_the_paired_translations_is_stored_with_its_interval(
     assert record["sentences"] == 3 and record["provenance"]["precision"] == "fp32"
 
 
+def test_a_validation_reading_is_stored_beside_the_test_one_not_over_it(patched, monkeypatch):
+    monkeypatch.setattr(script, "decode", fake_decode())
+    assert script.main(["models/old", "models/new"]) == 0
+    assert script.main(["models/old", "models/new", "--split", "valid"]) == 0
+    names = sorted(path.name for path in patched.iterdir())
+    stem = "multi30k-translators-multi30k-reference-old-multi30k-reference-new"
+    assert names == [f"{stem}-valid.json", f"{stem}.json"]
+    splits = [json.loads((patched / name).read_text())["split"] for name in names]
+    assert splits == ["valid", "test"]
+
+
 def test_folders_that_are_no_models_or_of_different_tasks_are_refused(patched, monkeypatch, capsys):
     monkeypatch.setattr(script, "is_pretrained", lambda folder: Path(folder).name != "nothing")
     with pytest.raises(SystemExit) as stop:
