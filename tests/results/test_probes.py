@@ -54,6 +54,7 @@ LEVER_SETTINGS = {
     "qk-norm": {("model", "qk_norm")},
     "relu2": {("model", "activation")},
     "dropout-0.3": {("model", "dropout")},
+    "dropout-0.4": {("model", "dropout")},
     "inner-dropout-0.1": {("model", "attention_dropout"), ("model", "activation_dropout")},
     "token-rms-1": {("model", "token_rms")},
     "schedule": {("train", "max_steps")},  # its own cosine, trained to its end
@@ -62,7 +63,13 @@ LEVER_SETTINGS = {
 
 @pytest.mark.parametrize(
     ("task", "stop"),
-    [("tinyshakespeare", 1600), ("multi30k", 1000), ("multi30k", 2250), ("ptb", 1500)],
+    [
+        ("tinyshakespeare", 1600),
+        ("multi30k", 1000),
+        ("multi30k", 2250),
+        ("ptb", 1500),
+        ("ptb", 4200),
+    ],
 )
 def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(task, stop):
     reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])
