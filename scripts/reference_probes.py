@@ -48,16 +48,20 @@ CHECKPOINTS = ROOT / "checkpoints" / "probes"  # a probe's run folder while it t
 SAVE_EVERY = 100  # updates between saves of last.pt (about 6 minutes at the reference size)
 
 
-def lever_probes(reference: dict, changes: dict[str, dict], steps: int) -> dict[str, dict]:
+def lever_probes(
+    reference: dict, changes: dict[str, dict], steps: int, average: int | None = None
+) -> dict[str, dict]:
     """One probe per lever: ``reference`` (the probed recipe's ``model``/``train`` overrides of the
     task's BASE) with the lever's ``change`` over it, on the reference's schedule, stopped after
-    ``steps`` updates: ``{"reference-<lever>-<steps>": probe}``."""
+    ``steps`` updates: ``{"reference-<lever>-<steps>": probe}``. With ``average``, each keeps the
+    weights of its last ``average`` evaluations and scores their mean as well."""
     return {
         f"reference-{lever}-{steps}": {
             "model": {**reference["model"], **change.get("model", {})},
             "train": {**reference["train"], **change.get("train", {})},
             "steps": steps,
         }
+        | ({"average": average} if average else {})
         for lever, change in changes.items()
     }
 
@@ -257,9 +261,8 @@ PROBES["multi30k"] |= lever_probes(
         "inner-dropout-0.1": {"model": {"attention_dropout": 0.1, "activation_dropout": 0.1}},
     },
     2250,
+    average=4,
 )
-for _lever in ("dropout-0.3", "inner-dropout-0.1"):
-    PROBES["multi30k"][f"reference-{_lever}-2250"]["average"] = 4
 # The Penn Treebank's levers, against its reference recipe (the reference profile: 6 x 256, dropout
 # 0.3, rotary positions, GELU, AdamW, 6000 updates evaluated every 300; test perplexity 86.6), each
 # stopped at update 1500, where the reference run's validation loss was 4.687 on its way to 4.553:
@@ -290,9 +293,8 @@ PROBES["ptb"] |= lever_probes(
         "inner-dropout-0.1": {"model": {"attention_dropout": 0.1, "activation_dropout": 0.1}},
     },
     4200,
+    average=4,
 )
-for _lever in ("dropout-0.4", "inner-dropout-0.1"):
-    PROBES["ptb"][f"reference-{_lever}-4200"]["average"] = 4
 # Updates per probe: a few hundred where the early curve decides (the model's shape and positions);
 # more for the word-level corpora, whose question is regularisation: a million training words
 # are seen several times within the full run, and only a longer probe shows which dropout holds.
