@@ -5,9 +5,9 @@ task's reference runs; metrics.bleu_difference).
     python scripts/compare_translators.py FIRST SECOND         # two model folders, test split
     python scripts/compare_translators.py FIRST SECOND --split valid
 
-Stores ``results/reference/<task>-translators-<first record>-<second record>.json`` (with
-``-valid`` before ``.json`` for the validation split, so that one split's reading never replaces
-the other's): the runs the two models came from, each one's translations, BLEU, chrF and the sacreBLEU signature, the
+Stores ``results/reference/<task>-translators-<first record>-<second record>.json``, with
+``-valid`` before ``.json`` for the validation split (``results.probes.comparison_path``): the runs
+the two models came from, each one's translations, BLEU, chrF and the sacreBLEU signature, the
 difference (second minus first) with its 95 % interval, and the provenance. Two threads, fp32.
 """
 
@@ -26,6 +26,7 @@ from annotated_transformer.metrics import bleu_difference
 from annotated_transformer.results.evaluation import score_translations, translate
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.pretrained import is_pretrained, load_pretrained
+from annotated_transformer.results.probes import comparison_path
 from annotated_transformer.tasks import build_task
 from annotated_transformer.tasks.task_options import TaskInfo
 from annotated_transformer.training.provenance import provenance
@@ -125,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": {**provenance(0, time.perf_counter() - started), "precision": "fp32"},
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    split = "" if args.split == "test" else f"-{args.split}"  # beside the test split's reading
-    path = OUT / f"{first['task']}-translators-{first['record']}-{second['record']}{split}.json"
+    path = comparison_path(OUT, first["task"], first["record"], second["record"], args.split)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(
         f"{first['record']}: BLEU {first['bleu']:.2f}; {second['record']}: BLEU "

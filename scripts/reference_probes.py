@@ -254,11 +254,13 @@ PROBES["multi30k"] |= lever_probes(
 # Label smoothing is left out: the validation loss is the plain negative log-likelihood, which more
 # smoothing raises whatever it does to BLEU, so a loss probe cannot judge it. Defined before
 # either has run.
+# dropout inside attention (on its weights) and the feed-forward layer (after its activation)
+INNER_DROPOUT = {"model": {"attention_dropout": 0.1, "activation_dropout": 0.1}}
 PROBES["multi30k"] |= lever_probes(
     REFERENCE_MULTI30K,
     {
         "dropout-0.3": {"model": {"dropout": 0.3}},
-        "inner-dropout-0.1": {"model": {"attention_dropout": 0.1, "activation_dropout": 0.1}},
+        "inner-dropout-0.1": INNER_DROPOUT,
     },
     2250,
     average=4,
@@ -290,7 +292,7 @@ PROBES["ptb"] |= lever_probes(
     REFERENCE_PTB,
     {
         "dropout-0.4": {"model": {"dropout": 0.4}},
-        "inner-dropout-0.1": {"model": {"attention_dropout": 0.1, "activation_dropout": 0.1}},
+        "inner-dropout-0.1": INNER_DROPOUT,
     },
     4200,
     average=4,

@@ -44,6 +44,33 @@ def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str
     return found
 
 
+def comparison_path(
+    directory: str | os.PathLike, task: str, first: str, second: str, split: str = "test"
+) -> Path:
+    """Where ``scripts/compare_translators.py`` stores the paired comparison of the translations of
+    runs ``first`` and ``second`` of ``task`` on ``split``: the test split's file names no split,
+    another split's ends ``-<split>.json``, so that neither replaces the other."""
+    suffix = "" if split == "test" else f"-{split}"
+    return Path(directory) / f"{task}-translators-{first}-{second}{suffix}.json"
+
+
+def read_comparison(
+    directory: str | os.PathLike, task: str, first: str, second: str, split: str = "test"
+) -> dict[str, Any]:
+    """The stored paired comparison of runs ``first`` and ``second`` (:func:`comparison_path`),
+    checked to be of that split with the two systems in that order (its ``difference`` is second
+    minus first); ``ValueError`` if it is not."""
+    path = comparison_path(directory, task, first, second, split)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    systems = [system["record"] for system in record["systems"]]
+    if record["split"] != split or systems != [first, second]:
+        raise ValueError(
+            f"{path} compares {systems} on {record['split']!r}, not [{first!r}, {second!r}] on "
+            f"{split!r}: run scripts/compare_translators.py again for these two runs"
+        )
+    return record
+
+
 def evaluations(history: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """``(update, validation loss)`` of every evaluation in a run's history, in order."""
     return [(row["step"], row["eval_loss"]) for row in history if "eval_loss" in row]

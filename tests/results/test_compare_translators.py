@@ -8,6 +8,7 @@ import pytest
 from conftest import load_script
 
 from annotated_transformer.metrics import bleu_difference, corpus_bleu
+from annotated_transformer.results.probes import read_comparison
 
 script = load_script("compare_translators")
 
@@ -78,6 +79,13 @@ def test_a_validation_reading_is_stored_beside_the_test_one_not_over_it(patched,
     assert names == [f"{stem}-valid.json", f"{stem}.json"]
     splits = [json.loads((patched / name).read_text())["split"] for name in names]
     assert splits == ["valid", "test"]
+    old, new = "multi30k-reference-old", "multi30k-reference-new"
+    for split in ("test", "valid"):  # what the chapter reads back: the split it asks for
+        record = read_comparison(patched, "multi30k", old, new, split)
+        assert record["split"] == split and record["difference"]["estimate"] > 0
+    (patched / f"{stem}.json").write_text((patched / f"{stem}-valid.json").read_text())
+    with pytest.raises(ValueError, match="on 'valid', not"):  # a file that is not what it says
+        read_comparison(patched, "multi30k", old, new)
 
 
 def test_folders_that_are_no_models_or_of_different_tasks_are_refused(patched, monkeypatch, capsys):
