@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from annotated_transformer.metrics import bleu_difference
+from annotated_transformer.results.decoding import PAPER
 from annotated_transformer.results.evaluation import score_translations, translate
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.pretrained import is_pretrained, load_pretrained
@@ -33,7 +34,7 @@ from annotated_transformer.training.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "reference"
-BEAM, ALPHA = 4, 0.6  # chapter 08's setting (Vaswani et al., section 6.1)
+BEAM, ALPHA = PAPER  # chapter 08's setting (Vaswani et al., section 6.1)
 RESAMPLES = 1000  # of the sentences, for the paired bootstrap
 
 

@@ -9,7 +9,9 @@ A probe runs the schedule of the full run (same warmup and max_steps) and stops 
 ``PROBE_STEPS`` updates: the learning curves are comparable where the full run would be. A probe
 keeps ``last.pt`` in ``checkpoints/probes/TASK-NAME/`` while it trains: stopped (Ctrl-C, a
 signal, a lost session), the same command continues it exactly; the folder is removed once the
-record is written.
+record is written. A translation probe also decodes the validation split with beam search at its
+end (``valid_bleu``, and ``averaged.valid_bleu`` for the mean of its kept weights): on Multi30k
+the loss stopped separating the levers, so they are read on validation BLEU.
 
 The lever study (``ablation.levers.LEVER_STUDY``) trains the `reference` profile's recipe and each
 of its arms at seeds 0 to 2 to the end of the schedule, one run at a time, into
@@ -34,7 +36,10 @@ from annotated_transformer.ablation.levers import (
     lever_study_runs,
 )
 from annotated_transformer.model import build_model
+from annotated_transformer.results.decoding import PAPER
+from annotated_transformer.results.evaluation import score_translations, translate
 from annotated_transformer.tasks import build_task
+from annotated_transformer.tasks.task_options import TASKS
 from annotated_transformer.training.averaging import average_checkpoints, evaluation_checkpoints
 from annotated_transformer.training.checkpoint import load_checkpoint
 from annotated_transformer.training.fit import run_configs
@@ -303,6 +308,27 @@ PROBES["ptb"] |= lever_probes(
 PROBE_STEPS = {"tinyshakespeare": 250, "multi30k": 250, "ptb": 600}
 
 
+VALID_SENTENCES = None  # of the validation split a translation probe decodes (None: all)
+
+
+def validation_bleu(model: torch.nn.Module, task) -> dict:
+    """``model`` decoding the validation split of translation ``task`` (its first
+    ``VALID_SENTENCES``) with chapter 08's beam search (``decoding.PAPER``): BLEU, lowercased BLEU
+    and chrF with the signature, and the translations (so that two probes, or a probe and a
+    shipped model, can be paired on them)."""
+    beam, alpha = PAPER
+    hypotheses = translate(
+        model, task.splits["valid"], task.tokenizer, task.info, beam_size=beam, alpha=alpha,
+        limit=VALID_SENTENCES,
+    )  # fmt: skip
+    scores = score_translations(hypotheses, task.references["valid"][: len(hypotheses)])
+    return {
+        "split": "valid", "beam": beam, "alpha": alpha, "bleu": scores.bleu,
+        "bleu_lowercase": scores.bleu_lowercase, "chrf": scores.chrf,
+        "bleu_signature": scores.signature, "translations": hypotheses,
+    }  # fmt: skip
+
+
 def assignments(*parts: dict) -> list[str]:
     """``--set`` assignments (``section.key=json``) of ``{"model": {...}, "train": {...}}`` parts,
     later parts over earlier ones."""
@@ -375,6 +401,11 @@ def probe(
         "task": task_name, "probe": name, "overrides": overrides, "settings": settings,
         "steps": steps, "valid_loss": metrics["loss"], "history": trainer.history,
     }  # fmt: skip
+    # A translator's loss stopped separating its levers (chapter 08: Multi30k's dropout 0.3 lowered
+    # it and not BLEU): its probe also decodes the validation split, read where the loss is.
+    translation = TASKS[task_name].kind == "translation"
+    if translation:
+        record["valid_bleu"] = validation_bleu(trainer.model, task)
     if average:
         kept = evaluation_checkpoints(run_dir)[-average:]
         trainer.model.load_state_dict(average_checkpoints(kept))
@@ -383,6 +414,8 @@ def probe(
             "steps": [load_checkpoint(path)["step"] for path in kept],
             "valid_loss": trainer.evaluate()["loss"],
         }
+        if translation:
+            record["averaged"]["valid_bleu"] = validation_bleu(trainer.model, task)
         record["overrides"] = {**overrides, "average": average}
     # wall time: the training of every part (Trainer.elapsed) and this part's final evaluations
     wall_time = trainer.elapsed + time.perf_counter() - finished
@@ -394,14 +427,16 @@ def probe(
         json.dumps(record, indent=1) + "\n", encoding="utf-8"
     )
     shutil.rmtree(run_dir)  # the record is written: its checkpoints are no longer needed
+    bleu = f", valid BLEU {record['valid_bleu']['bleu']:.2f}" if translation else ""
     averaged = (
         f", the mean of the last {average} evaluations' weights {record['averaged']['valid_loss']:.4f}"
+        + (f" (BLEU {record['averaged']['valid_bleu']['bleu']:.2f})" if translation else "")
         if average
         else ""
     )
     print(
-        f"{task_name} {name}: valid loss {metrics['loss']:.4f} after {steps} updates{averaged} "
-        f"({record['provenance']['wall_time_s']:.0f} s)",
+        f"{task_name} {name}: valid loss {metrics['loss']:.4f}{bleu} after {steps} updates"
+        f"{averaged} ({record['provenance']['wall_time_s']:.0f} s)",
         flush=True,
     )
     return record

@@ -126,3 +126,40 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
             assert (
                 settings["train"]["max_steps"] == reference["train"]["max_steps"] > probe["steps"]
             )
+
+
+def test_a_translation_probe_decodes_the_validation_split_with_its_last_and_averaged_weights(
+    tmp_path, monkeypatch
+):
+    """A translator's probe stores validation BLEU beside its loss (chapter 08: Multi30k's loss
+    stopped separating its levers): sacreBLEU's score of the stored translations of every
+    validation sentence (here the first 24: an untrained model decodes to its length limit),
+    beam 4 and alpha 0.6, for the last weights and for their mean."""
+    import sacrebleu
+
+    from annotated_transformer.__main__ import resolve_settings
+    from annotated_transformer.results.decoding import PAPER
+    from annotated_transformer.tasks import build_task
+
+    script = load_script("reference_probes")
+    monkeypatch.setattr(script, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(script, "VALID_SENTENCES", 24)
+    settings = resolve_settings(
+        "multi30k", {}, ["train.max_steps=4", "train.eval_every=2", "train.warmup=1"],
+        profile="smoke",
+    )  # fmt: skip
+    record = script.probe(
+        "multi30k", "t", {"steps": 4, "average": 2}, settings, out=tmp_path / "out"
+    )
+    references = build_task("multi30k", settings["data"]).references["valid"][:24]
+    for scored in (record["valid_bleu"], record["averaged"]["valid_bleu"]):
+        assert (scored["split"], scored["beam"], scored["alpha"]) == ("valid", *PAPER)
+        assert len(scored["translations"]) == len(references) == 24
+        bleu = sacrebleu.corpus_bleu(scored["translations"], [references])
+        assert scored["bleu"] == pytest.approx(bleu.score)
+    assert record["averaged"]["steps"] == [2, 4]
+    # the last weights and their mean with the weights of update 2 are different models
+    assert record["valid_bleu"]["translations"] != record["averaged"]["valid_bleu"]["translations"]
+    stored = json.loads((tmp_path / "out" / "multi30k-t.json").read_text(encoding="utf-8"))
+    assert stored["valid_bleu"] == record["valid_bleu"]
+    assert not (tmp_path / "checkpoints" / "multi30k-t").exists()  # removed once stored
