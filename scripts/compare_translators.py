@@ -27,7 +27,7 @@ from annotated_transformer.results.decoding import PAPER
 from annotated_transformer.results.evaluation import score_translations, translate
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.pretrained import is_pretrained, load_pretrained
-from annotated_transformer.results.probes import comparison_path
+from annotated_transformer.results.probes import PROBES_DIRECTORY, comparison_path
 from annotated_transformer.tasks import build_task
 from annotated_transformer.tasks.task_options import TaskInfo
 from annotated_transformer.training.provenance import provenance
@@ -38,7 +38,7 @@ BEAM, ALPHA = PAPER  # chapter 08's setting (Vaswani et al., section 6.1)
 RESAMPLES = 1000  # of the sentences, for the paired bootstrap
 
 
-CANDIDATES = ROOT / "results" / "reference" / "probes"  # candidate runs, stored but not shipped
+CANDIDATES = ROOT / PROBES_DIRECTORY  # candidate runs, stored but not shipped
 
 
 def run_record(key: str) -> dict | None:

@@ -38,6 +38,7 @@ from annotated_transformer.ablation.levers import (
 from annotated_transformer.model import build_model
 from annotated_transformer.results.decoding import PAPER
 from annotated_transformer.results.evaluation import score_translations, translate
+from annotated_transformer.results.probes import PROBES_DIRECTORY
 from annotated_transformer.tasks import build_task
 from annotated_transformer.tasks.task_options import TASKS
 from annotated_transformer.training.averaging import average_checkpoints, evaluation_checkpoints
@@ -48,7 +49,7 @@ from annotated_transformer.training.train import seed_everything
 from annotated_transformer.training.trainer import Trainer, TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "reference" / "probes"
+OUT = ROOT / PROBES_DIRECTORY
 CHECKPOINTS = ROOT / "checkpoints" / "probes"  # a probe's run folder while it trains (ignored)
 SAVE_EVERY = 100  # updates between saves of last.pt (about 6 minutes at the reference size)
 

@@ -24,6 +24,7 @@ import torch
 from reference_probes import BASE, PROBES  # a sibling script
 
 from annotated_transformer.model import build_model
+from annotated_transformer.results.probes import PROBES_DIRECTORY
 from annotated_transformer.tasks import build_task
 from annotated_transformer.tasks.train_settings import resolve_settings
 from annotated_transformer.training.fit import run_configs
@@ -31,7 +32,7 @@ from annotated_transformer.training.provenance import code_version, provenance
 from annotated_transformer.training.train import seed_everything
 from annotated_transformer.training.trainer import Trainer
 
-OUT = Path(__file__).resolve().parents[1] / "results" / "reference" / "probes"
+OUT = Path(__file__).resolve().parents[1] / PROBES_DIRECTORY
 CANDIDATES = {
     "reference": "reference-schedule-2000",  # the reference recipe's model and optimizer
     "muon": "reference-muon-1600",

@@ -1,6 +1,5 @@
 """The README is short, and every result it shows is the stored record's, at the precision shown."""
 
-import json
 import re
 from pathlib import Path
 
@@ -8,24 +7,20 @@ import pytest
 from conftest import load_script
 
 from annotated_transformer.results.experiments import ResultsStore
+from annotated_transformer.results.probes import CPU_RUNS, PROBES_DIRECTORY, read_cpu_run
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
-# the README's row -> (task, metric, where it ran, the stored run: None for the task's newest
-# reference record, else a record stored beside the probes)
+# the README's row -> (task, metric, where it ran, whether it is the task's CPU run
+# (probes.CPU_RUNS) rather than its newest reference record)
 ROWS = {
-    "Tiny Shakespeare (characters)": ("tinyshakespeare", "valid_loss", "Xeon", None),
-    "Multi30k de→en": ("multi30k", "test_bleu_beam", "Xeon", None),
-    "Penn Treebank (words)": ("ptb", "test_perplexity", "Xeon", None),
-    "WikiText-2 (words)": ("wikitext-2", "test_perplexity", "H100", None),
-    "WikiText-2, on the CPU": (
-        "wikitext-2",
-        "test_perplexity",
-        "Xeon",
-        "wikitext-2-candidate-cpu-1500.json",
-    ),
-    "Chinese→English (cmn-eng)": ("cmn-eng", "test_bleu_beam", "H100", None),
+    "Tiny Shakespeare (characters)": ("tinyshakespeare", "valid_loss", "Xeon", False),
+    "Multi30k de→en": ("multi30k", "test_bleu_beam", "Xeon", False),
+    "Penn Treebank (words)": ("ptb", "test_perplexity", "Xeon", False),
+    "WikiText-2 (words)": ("wikitext-2", "test_perplexity", "H100", False),
+    "WikiText-2, on the CPU": ("wikitext-2", "test_perplexity", "Xeon", True),
+    "Chinese→English (cmn-eng)": ("cmn-eng", "test_bleu_beam", "H100", False),
 }
 
 
@@ -45,14 +40,13 @@ def test_the_readme_is_short():
 
 @pytest.mark.parametrize("row", ROWS)
 def test_each_headline_result_is_the_stored_reference_record(row):
-    task, metric, where, stored = ROWS[row]
+    task, metric, where, cpu = ROWS[row]
     shown, ran = table_rows()[row][:2]
-    if stored is None:
-        record = ResultsStore(ROOT / "results").find(task=task, profile="reference")[0]
-    else:
-        path = ROOT / "results" / "reference" / "probes" / stored
-        record = json.loads(path.read_text(encoding="utf-8"))
+    if cpu:
+        record = read_cpu_run(ROOT, task)
         assert record["config"]["task"] == task
+    else:
+        record = ResultsStore(ROOT / "results").find(task=task, profile="reference")[0]
     number = re.search(r"\d+\.\d+", shown).group(0)  # the first number: the result
     digits = len(number.split(".")[1])
     assert float(number) == round(record["metrics"][metric], digits)
@@ -101,15 +95,15 @@ def test_the_command_line_pages_wikitext_2_reference_row_is_the_cpu_run_and_the_
     )
     steps = TRAINING["reference"]["wikitext-2"]["train"]["max_steps"]
     assert f"cosine to {steps})" in row
-    name = re.search(r"results/reference/probes/([\w.-]+\.json)", row).group(1)
-    cpu = json.loads((ROOT / "results" / "reference" / "probes" / name).read_text("utf-8"))
+    assert f"`{(PROBES_DIRECTORY / CPU_RUNS['wikitext-2']).as_posix()}`" in row
+    cpu = read_cpu_run(ROOT, "wikitext-2")
     assert cpu["config"]["train"]["max_steps"] == steps
     assert "CPU" in cpu["provenance"]["device"]
     minutes = int(re.search(r"\| (\d+) min", row).group(1))
     assert minutes == round(cpu["provenance"]["wall_time_s"] / 60)
-    shown = [float(number) for number in re.findall(r"perplexity (\d+\.\d)", row)]
+    shown = float(re.search(r"perplexity (\d+\.\d)", row).group(1))
     gpu = ResultsStore(ROOT / "results").find(task="wikitext-2", profile="reference")[0]
-    assert shown[0] == round(cpu["metrics"]["test_perplexity"], 1)
+    assert shown == round(cpu["metrics"]["test_perplexity"], 1)
     assert float(re.search(r"reached (\d+\.\d)", row).group(1)) == round(
         gpu["metrics"]["test_perplexity"], 1
     )

@@ -7,7 +7,7 @@ table compares each at that update with the reference run's own evaluation there
 lever may save updates but cost time per update, how many updates and how many seconds each
 needed to first reach the reference's value::
 
-    probes = read_probes(ROOT / "results" / "reference" / "probes", "tinyshakespeare", 1600)
+    probes = read_probes(ROOT / PROBES_DIRECTORY, "tinyshakespeare", 1600)
     store = ResultsStore(ROOT / "results")  # results.experiments
     probed = store.load(PROBED_REFERENCE["tinyshakespeare"])  # the run the probes changed
     rows = lever_rows(probes, probed["history"], seconds_per_update)
@@ -21,6 +21,22 @@ from pathlib import Path
 from typing import Any
 
 PROBE_PREFIX = "reference-"  # the probes of one lever against the reference recipe
+PROBES_DIRECTORY = Path("results") / "reference" / "probes"  # under the checkout
+
+# Tasks whose reference record ran on a GPU, and the record of their recipe's run on the CPU within
+# the 90-minute budget, stored in PROBES_DIRECTORY (its model is not shipped where the GPU run's is
+# better): the run the task's target is judged on (chapter 08).
+CPU_RUNS = {"wikitext-2": "wikitext-2-candidate-cpu-1500.json"}
+
+
+def read_cpu_run(root: str | os.PathLike, task: str) -> dict[str, Any] | None:
+    """The stored CPU run of ``task`` (:data:`CPU_RUNS`) in the checkout at ``root``; None where
+    the task has none or its record is not there."""
+    if task not in CPU_RUNS:
+        return None
+    path = Path(root) / PROBES_DIRECTORY / CPU_RUNS[task]
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
 
 # The reference record whose recipe each task's lever probes changed one setting of. The probes
 # are read against that run even after a newer reference run (one that adopted levers) has
