@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from types import ModuleType
@@ -339,6 +340,69 @@ def bench_beam(plan: Plan, device: torch.device, log) -> list[dict]:
     return [result]
 
 
+def token_budget_batches(
+    size: Size, lengths: list[int], device: torch.device, seed: int = 0
+) -> list[tuple[Tensor, Tensor]]:
+    """Random ``(tokens, targets)``, each ``[B, T]``, one pair per length ``T`` in ``lengths``,
+    with ``B = size.batch * size.context // T`` (at least 1): about the same tokens in every
+    batch, as a translator's token-budget batches, whose shape changes from update to update."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for length in lengths:
+        shape = (max(1, size.batch * size.context // length), length)  # [B, T]
+        tokens = torch.randint(size.vocab_size, shape, generator=generator)
+        targets = torch.randint(size.vocab_size, shape, generator=generator)
+        batches.append((tokens.to(device), targets.to(device)))
+    return batches
+
+
+def bench_compile(plan: Plan, device: torch.device, log, precision: str = "fp32") -> list[dict]:
+    """``torch.compile`` (``plan.compile_backend``) vs eager training of our decoder-only model,
+    the same weights and optimizer on both sides, at ``precision``: one row where every batch has
+    the same shape (a language model's windows), one where three lengths take turns (a
+    translator's token-budget batches, which make torch.compile trace again for a new shape).
+
+    Compilation is timed apart, on the first call, and given in the note; the rows time what
+    comes after it, as a long run would."""
+    size = plan.decoder_sizes[-1]
+    lengths = [size.context, size.context * 3 // 4, size.context // 2]
+    rows = []
+    for label, shapes in (("one shape", [size.context] * 3), ("three shapes", lengths)):
+        batches = token_budget_batches(size, shapes, device)
+        variants, models = {}, {}  # models: every variant's model alive while they alternate
+        for name in ("compiled", "eager"):
+            torch.manual_seed(0)
+            model = our_decoder_only(size).to(device).train()
+            optimizer = at.build_optimizer(model, lr=1e-4)
+            forward = (
+                torch.compile(model, backend=plan.compile_backend) if name == "compiled" else model
+            )
+            batch_steps = [
+                training_step(forward, (tokens,), targets, optimizer, precision)
+                for tokens, targets in batches
+            ]
+            variants[name] = lambda batch_steps=batch_steps: [step() for step in batch_steps]
+            models[name] = model
+        started = time.perf_counter()
+        variants["compiled"]()  # traces and compiles every shape of the row
+        synchronize(device)
+        compile_seconds = time.perf_counter() - started
+        seconds = time_alternating(variants, plan.warmup + 1, plan.repeats, device)
+        tokens = sum(tokens.numel() for tokens, _ in batches)
+        sizes = ", ".join(f"{t.shape[0]} x {t.shape[1]}" for t, _ in batches)
+        result = row(
+            f"torch.compile vs eager training, {precision}, {label} [{size.name}]",
+            tokens / seconds["compiled"],
+            tokens / seconds["eager"],
+            "tokens/s",
+            f"reference = the same model eager; batches {sizes} in turn; backend "
+            f"{plan.compile_backend}, compiling took {compile_seconds:.0f} s. {size.note}".strip(),
+        )
+        log(f"  {result['name']}: ratio {result['ratio']:.2f} (compiling {compile_seconds:.0f} s)")
+        rows.append(result)
+    return rows
+
+
 # --- CUDA-only rows (tests/test_benchmarks.py runs them on a CPU too) -------------------------
 
 
@@ -376,7 +440,7 @@ def bench_cuda(
         models[name] = model
         if compiled:
             compiled_model = torch.compile(model, backend=compile_backend)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            optimizer = at.build_optimizer(model, lr=1e-4)  # as the eager variants'
             tokens = torch.randint(size.vocab_size, (size.batch, size.context), device=device)
             step = training_step(compiled_model, (tokens,), tokens, optimizer)
         if dtype is not None:

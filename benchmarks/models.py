@@ -59,6 +59,7 @@ class Plan:
     beam_sentences: int
     beam_new_tokens: int
     memory: bool
+    compile_backend: str = "inductor"  # torch.compile's; smoke: "eager" (traced, not compiled)
 
 
 def make_plan(mode: str, cuda: bool) -> Plan:
@@ -110,6 +111,7 @@ def make_plan(mode: str, cuda: bool) -> Plan:
             beam_sentences=2,
             beam_new_tokens=4,
             memory=True,
+            compile_backend="eager",  # seconds, no C++ compiler
         )
     raise ValueError(f"mode={mode!r} is not one of: full, quick, smoke")
 

@@ -36,6 +36,7 @@ from annotated_transformer.training.provenance import code_version, device_name,
 from annotated_transformer.training.train import native_bf16  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     bench_beam,
+    bench_compile,
     bench_cuda,
     bench_decoding,
     bench_training,
@@ -125,9 +126,10 @@ def run_suite(
         log("CUDA: precision, compilation, attention kernel, MFU:")
         results += bench_cuda(plan, device, log)
     else:
+        log(f"torch.compile vs eager ({precisions[-1]}):")
+        results += bench_compile(plan, device, log, precisions[-1])
         for name in (
             "bf16 autocast vs fp32",
-            "torch.compile vs eager",
             "SDPA vs explicit attention",
             "model FLOPs utilisation",
         ):

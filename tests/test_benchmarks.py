@@ -47,6 +47,7 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
     assert any("encoder-decoder training" in name for name in names)
     assert any("greedy decoding" in name for name in names)
     assert any("beam search" in name for name in names)
+    assert sum(name.startswith("torch.compile vs eager") for name in names) == 2  # on a CPU too
     for item in document["results"]:
         assert {"name", "ours", "reference", "unit", "ratio"} <= set(item)
         for key in ("ours", "reference", "ratio"):
@@ -96,6 +97,37 @@ def test_cuda_only_rows_run_on_a_cpu(monkeypatch):
         assert sum(name.startswith(expected) for name in names) == 1, names
     utilisation = next(item for item in rows if item["name"].startswith("model FLOPs utilisation"))
     assert utilisation["unit"] == "fraction of peak"
+    for item in rows:
+        for key in ("ours", "reference", "ratio"):
+            assert math.isfinite(item[key]) and item[key] > 0
+
+
+def test_token_budget_batches_keep_the_budget_and_change_the_shape():
+    measure, models = suite_module("measure"), suite_module("models")
+    size = models.make_plan("quick", cuda=False).decoder_sizes[-1]  # batch 2, context 256
+    batches = measure.token_budget_batches(size, [256, 192, 128], torch.device("cpu"))
+    assert [tuple(tokens.shape) for tokens, _ in batches] == [(2, 256), (2, 192), (4, 128)]
+    for tokens, targets in batches:
+        assert tokens.shape == targets.shape
+        assert 0 <= int(tokens.min()) and int(tokens.max()) < size.vocab_size
+        assert size.batch * size.context * 3 // 4 <= tokens.numel() <= size.batch * size.context
+
+
+def test_the_compile_rows_run_on_a_cpu_at_one_shape_and_at_three():
+    """The CPU's torch.compile rows (in the smoke plan traced by the eager backend): one row of
+    batches of one shape, one of three lengths in turn, each naming its backend and batches."""
+    measure, models = suite_module("measure"), suite_module("models")
+    plan = models.make_plan("smoke", cuda=False)
+    assert plan.compile_backend == "eager"
+    assert models.make_plan("quick", cuda=False).compile_backend == "inductor"
+    rows = measure.bench_compile(plan, torch.device("cpu"), lambda *_: None)
+    assert [item["name"].split(", ")[-1].split(" [")[0] for item in rows] == [
+        "one shape",
+        "three shapes",
+    ]
+    context = plan.decoder_sizes[-1].context
+    assert f"batches 2 x {context}, 2 x {context}, 2 x {context} in turn" in rows[0]["note"]
+    assert "backend eager" in rows[1]["note"] and rows[1]["unit"] == "tokens/s"
     for item in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(item[key]) and item[key] > 0
