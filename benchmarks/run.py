@@ -46,6 +46,7 @@ from benchmarks.measure import (  # noqa: E402
 from benchmarks.models import Size, load_nanogpt, make_plan  # noqa: E402
 from benchmarks.report import format_table, markdown_table, regressions  # noqa: E402
 
+ONLY = ("compile",)  # the rows --only runs by themselves
 RESULTS = REPOSITORY / "benchmarks" / "results"  # the latest document of each device and mode
 HISTORY = RESULTS / "history"  # every stored document, for regressions
 
@@ -58,14 +59,21 @@ def load_average() -> list[float] | None:
 
 
 def run_suite(
-    mode: str = "full", device: str | None = None, log=print, nanogpt: str | None = None
+    mode: str = "full",
+    device: str | None = None,
+    log=print,
+    nanogpt: str | None = None,
+    only: str | None = None,
 ) -> dict:
     """Run every benchmark of ``mode`` (full, quick, smoke) and return the results document.
 
     The decoder rows run against ``torch.nn`` and against nanoGPT's GPT (``nanogpt``: its
     model.py; see :func:`benchmarks.models.load_nanogpt`), in fp32 and, on a CPU with native
-    bf16, under bf16 autocast too.
+    bf16, under bf16 autocast too. ``only="compile"``: the ``torch.compile`` rows alone (on a CPU,
+    :func:`benchmarks.measure.bench_compile`), in a document of the same form.
     """
+    if only not in (None, *ONLY):
+        raise ValueError(f"only={only!r} is not one of: {', '.join(ONLY)}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
     plan = make_plan(mode, cuda)
@@ -82,6 +90,12 @@ def run_suite(
     precisions = ["fp32", "bf16"] if not cuda and native_bf16(device) else ["fp32"]
     if not cuda and "bf16" not in precisions:
         skipped.append({"name": "bf16 training", "reason": "this CPU has no native bf16"})
+    if only == "compile":  # on CUDA in bf16, as bench_cuda's row
+        precision = "bf16" if cuda else precisions[-1]
+        log(f"torch.compile vs eager ({precision}):")
+        results += bench_compile(plan, device, log, precision)
+        document = suite_document(mode, device, code, started, load_before, results, skipped, None)
+        return {**document, "only": only}
     module, origin = load_nanogpt(nanogpt) if mode != "smoke" or nanogpt else (None, "")
     if module is None:
         reason = origin or "smoke mode: nanoGPT is not fetched (give --nanogpt PATH)"
@@ -135,8 +149,25 @@ def run_suite(
         ):
             skipped.append({"name": name, "reason": "CUDA only; no CUDA device present"})
             log(f"  skipped: {name} (CUDA only)")
+    nanogpt_origin = origin if module is not None else None
+    return suite_document(
+        mode, device, code, started, load_before, results, skipped, nanogpt_origin
+    )
+
+
+def suite_document(
+    mode: str,
+    device: torch.device,
+    code: dict,
+    started: float,
+    load_before: list[float] | None,
+    results: list[dict],
+    skipped: list[dict],
+    nanogpt: str | None,
+) -> dict:
+    """The results document of a run that started at ``started`` (``time.perf_counter``) with the
+    machine's load at ``load_before``, measuring ``code`` (``code_version``)."""
     # The results store's provenance, under this document's own (stored, documented) keys.
-    origin_nanogpt = origin if module is not None else None
     origin = provenance(0, time.perf_counter() - started, device, code)
     return {
         "device": origin["device"],
@@ -153,7 +184,7 @@ def run_suite(
         # lowers the absolute numbers and adds noise: the 1, 5, 15-minute load averages.
         "load_average": {"before": load_before, "after": load_average()},
         "python": origin["python_version"],
-        "nanogpt": origin_nanogpt,
+        "nanogpt": nanogpt,
         "results": results,
         "skipped": skipped,
     }
@@ -237,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--profile", action="store_true", help="profile a training step instead")
+    parser.add_argument("--only", choices=ONLY, help="only these rows (compile: torch.compile's)")
     parser.add_argument("--table", type=Path, help="print a stored JSON as Markdown, run nothing")
     parser.add_argument("--nanogpt", help="nanoGPT's model.py or checkout (else AT_NANOGPT, fetch)")
     parser.add_argument(
@@ -259,8 +291,10 @@ def main(argv: list[str] | None = None) -> dict | None:
             args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
             print(f"wrote {args.json}")
         return None
+    if args.only and args.store:
+        parser.error("--store keeps the whole suite's documents; with --only give --json PATH")
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
-    document = run_suite(mode, args.device, nanogpt=args.nanogpt)
+    document = run_suite(mode, args.device, nanogpt=args.nanogpt, only=args.only)
     print(format_table(document))
     paths = [args.json] if args.json else []
     if args.store:

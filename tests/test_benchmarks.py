@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
@@ -67,6 +68,25 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}", document["git_commit"])
     load = document["load_average"]
     assert len(load["before"]) == 3 and len(load["after"]) == 3
+
+
+def test_only_the_compile_rows_run_with_only_compile(tmp_path):
+    suite = load_suite()
+    path = tmp_path / "compile.json"
+    suite.main(["--smoke", "--device", "cpu", "--only", "compile", "--json", str(path)])
+    document = json.loads(path.read_text())
+    assert document["only"] == "compile" and document["mode"] == "smoke"
+    names = [item["name"] for item in document["results"]]
+    assert len(names) == 2 and all(name.startswith("torch.compile vs eager") for name in names)
+    assert re.fullmatch(r"[0-9a-f]{40}", document["git_commit"])
+
+
+def test_only_with_store_is_refused_before_anything_runs(capsys):
+    suite = load_suite()
+    with pytest.raises(SystemExit) as stop:
+        suite.main(["--smoke", "--only", "compile", "--store"])
+    assert stop.value.code == 2
+    assert "--store keeps the whole suite's documents" in capsys.readouterr().err
 
 
 def test_readme_table_is_the_stored_json():
