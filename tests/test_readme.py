@@ -21,6 +21,7 @@ ROWS = {
     "WikiText-2 (words)": ("wikitext-2", "test_perplexity", "H100", False),
     "WikiText-2, on the CPU": ("wikitext-2", "test_perplexity", "Xeon", True),
     "Chinese→English (cmn-eng)": ("cmn-eng", "test_bleu_beam", "H100", False),
+    "Chinese→English, on the CPU": ("cmn-eng", "test_bleu_beam", "Xeon", True),
 }
 
 
@@ -81,32 +82,48 @@ def test_the_command_line_pages_tiny_shakespeare_reference_row_is_the_stored_rec
     assert float(averaged) == round(metrics["averaging_valid_loss_averaged"], 3)
 
 
-def test_the_command_line_pages_wikitext_2_reference_row_is_the_cpu_run_and_the_profile():
-    """book/command_line.md's reference WikiText-2 row: the cosine it names is the profile's, and
-    its minutes and perplexity are the CPU run's (stored beside the probes), the H100 run's
-    perplexity the newest reference record's."""
+# a task whose command-line reference row is its CPU run: (its metric, the words before the CPU
+# run's number, the words before the GPU run's number, the digits shown)
+CPU_ROWS = {
+    "wikitext-2": ("test_perplexity", "perplexity ", "reached ", 1),
+    "cmn-eng": ("test_bleu_beam", "sacreBLEU ", "scored ", 2),
+}
+
+
+@pytest.mark.parametrize("task", CPU_ROWS)
+def test_the_command_line_pages_reference_row_is_the_cpu_run_and_the_profile(task):
+    """book/command_line.md's reference row of a task that ran on a GPU first: the cosine it names
+    is the profile's, and its minutes and result are the CPU run's (stored beside the probes,
+    probes.CPU_RUNS), the GPU run's result the newest reference record's."""
     from annotated_transformer.tasks.profiles import TRAINING
 
+    metric, cpu_words, gpu_words, digits = CPU_ROWS[task]
     page = (ROOT / "book" / "command_line.md").read_text(encoding="utf-8")
     row = next(
         line
         for line in page.splitlines()
-        if line.startswith("| `train --task wikitext-2 --profile reference`")
+        if line.startswith(f"| `train --task {task} --profile reference`")
     )
-    steps = TRAINING["reference"]["wikitext-2"]["train"]["max_steps"]
+    steps = TRAINING["reference"][task]["train"]["max_steps"]
     assert f"cosine to {steps})" in row
-    assert f"`{(PROBES_DIRECTORY / CPU_RUNS['wikitext-2']).as_posix()}`" in row
-    cpu = read_cpu_run(ROOT, "wikitext-2")
+    assert f"`{(PROBES_DIRECTORY / CPU_RUNS[task]).as_posix()}`" in row
+    cpu = read_cpu_run(ROOT, task)
     assert cpu["config"]["train"]["max_steps"] == steps
     assert "CPU" in cpu["provenance"]["device"]
     minutes = int(re.search(r"\| (\d+) min", row).group(1))
     assert minutes == round(cpu["provenance"]["wall_time_s"] / 60)
-    shown = float(re.search(r"perplexity (\d+\.\d)", row).group(1))
-    gpu = ResultsStore(ROOT / "results").find(task="wikitext-2", profile="reference")[0]
-    assert shown == round(cpu["metrics"]["test_perplexity"], 1)
-    assert float(re.search(r"reached (\d+\.\d)", row).group(1)) == round(
-        gpu["metrics"]["test_perplexity"], 1
-    )
+    number = rf"(\d+\.\d{{{digits}}})"
+    shown = float(re.search(cpu_words + number, row).group(1))
+    assert shown == round(cpu["metrics"][metric], digits)
+    gpu = ResultsStore(ROOT / "results").find(task=task, profile="reference")[0]
+    assert "CPU" not in gpu["provenance"]["device"]
+    gpu_shown = float(re.search(gpu_words + number, row).group(1))
+    assert gpu_shown == round(gpu["metrics"][metric], digits)
+    if metric == "test_bleu_beam":  # a translator's row also gives greedy BLEU and chrF
+        greedy = float(re.search(r"greedy (\d+\.\d\d)", row).group(1))
+        assert greedy == round(cpu["metrics"]["test_bleu_greedy"], 2)
+        chrf = float(re.search(r"chrF (\d+\.\d)", row).group(1))
+        assert chrf == round(cpu["metrics"]["test_chrf_beam"], 1)
 
 
 def test_every_probe_the_command_line_page_names_is_defined():

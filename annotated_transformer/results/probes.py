@@ -26,7 +26,10 @@ PROBES_DIRECTORY = Path("results") / "reference" / "probes"  # under the checkou
 # Tasks whose reference record ran on a GPU, and the record of their recipe's run on the CPU within
 # the 90-minute budget, stored in PROBES_DIRECTORY (its model is not shipped where the GPU run's is
 # better): the run the task's target is judged on (chapter 08).
-CPU_RUNS = {"wikitext-2": "wikitext-2-candidate-cpu-1500.json"}
+CPU_RUNS = {
+    "wikitext-2": "wikitext-2-candidate-cpu-1500.json",
+    "cmn-eng": "cmn-eng-candidate-cpu-2000.json",
+}
 
 
 def read_cpu_run(root: str | os.PathLike, task: str) -> dict[str, Any] | None:
