@@ -119,6 +119,13 @@ def test_the_command_line_pages_reference_row_is_the_cpu_run_and_the_profile(tas
     assert "CPU" not in gpu["provenance"]["device"]
     gpu_shown = float(re.search(gpu_words + number, row).group(1))
     assert gpu_shown == round(gpu["metrics"][metric], digits)
+    # the GPU column: its planned updates, where it stopped early if it did, and its minutes
+    assert f"{gpu['config']['train']['max_steps']} " in row.split("|")[-2]
+    stopped = re.search(r"stopped early at (\d+)", row)
+    trained = gpu["history"][-1]["step"]
+    assert (int(stopped.group(1)) if stopped else gpu["config"]["train"]["max_steps"]) == trained
+    gpu_minutes = float(re.search(r"([\d.]+) min \(H100", row).group(1))
+    assert gpu_minutes == round(gpu["provenance"]["wall_time_s"] / 60, 1)
     if metric == "test_bleu_beam":  # a translator's row also gives greedy BLEU and chrF
         greedy = float(re.search(r"greedy (\d+\.\d\d)", row).group(1))
         assert greedy == round(cpu["metrics"]["test_bleu_greedy"], 2)
