@@ -57,6 +57,8 @@ LEVER_SETTINGS = {
     "dropout-0.4": {("model", "dropout")},
     "inner-dropout-0.1": {("model", "attention_dropout"), ("model", "activation_dropout")},
     "token-rms-1": {("model", "token_rms")},
+    "smoothing-0.2": {("train", "label_smoothing")},
+    "bpe-5000": {("data", "bpe_vocab_size")},
     "schedule": {("train", "max_steps")},  # its own cosine, trained to its end
 }
 
@@ -111,7 +113,9 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
     }
     assert defined, f"{task} is named in PROBED_REFERENCE but has no lever probe"
     for lever, probe in defined.items():
-        overrides = {key: value for key, value in probe.items() if key in ("model", "train")}
+        overrides = {
+            key: value for key, value in probe.items() if key in ("data", "model", "train")
+        }
         settings = resolve_settings(task, {}, script.assignments(script.BASE[task], overrides))
         changed = {
             (section, key)
