@@ -23,8 +23,7 @@ from typing import Any
 import torch
 
 from annotated_transformer.metrics import bleu_difference
-from annotated_transformer.results.decoding import PAPER
-from annotated_transformer.results.evaluation import score_translations, translate
+from annotated_transformer.results.decoding import PAPER, paper_beam_scores
 from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.pretrained import is_pretrained, load_pretrained
 from annotated_transformer.results.probes import PROBES_DIRECTORY, comparison_path
@@ -60,20 +59,11 @@ def decode(shipped: Any, split: str, config: dict) -> dict:
     key = shipped.metadata["record"]
     task = build_task(config["task"], config["data"], seed=config["seed"])
     info = TaskInfo.from_dict(shipped.task)
-    hypotheses = translate(
-        shipped.model, task.splits[split], shipped.tokenizer, info, beam_size=BEAM, alpha=ALPHA
-    )
     references = task.references[split]
-    scores = score_translations(hypotheses, references)
-    return {
-        "record": key,
-        "task": config["task"],
-        "references": references,
-        "translations": hypotheses,
-        "bleu": scores.bleu,
-        "chrf": scores.chrf,
-        "bleu_signature": scores.signature,
-    }
+    scores = paper_beam_scores(
+        shipped.model, task.splits[split], shipped.tokenizer, info, references
+    )
+    return {"record": key, "task": config["task"], "references": references, **scores}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         "alpha": ALPHA,
         "sentences": len(first["references"]),
         "systems": [
-            {name: system[name] for name in system if name not in ("task", "references")}
+            {
+                name: system[name]
+                for name in system
+                if name not in ("task", "references", "beam", "alpha")
+            }
             for system in (first, second)
         ],
         "difference": {

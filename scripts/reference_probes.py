@@ -36,8 +36,7 @@ from annotated_transformer.ablation.levers import (
     lever_study_runs,
 )
 from annotated_transformer.model import build_model
-from annotated_transformer.results.decoding import PAPER
-from annotated_transformer.results.evaluation import score_translations, translate
+from annotated_transformer.results.decoding import paper_beam_scores
 from annotated_transformer.results.probes import PROBES_DIRECTORY
 from annotated_transformer.tasks import build_task
 from annotated_transformer.tasks.task_options import TASKS
@@ -340,20 +339,14 @@ VALID_SENTENCES = None  # of the validation split a translation probe decodes (N
 
 def validation_bleu(model: torch.nn.Module, task) -> dict:
     """``model`` decoding the validation split of translation ``task`` (its first
-    ``VALID_SENTENCES``) with chapter 08's beam search (``decoding.PAPER``): BLEU, lowercased BLEU
-    and chrF with the signature, and the translations (so that two probes, or a probe and a
-    shipped model, can be paired on them)."""
-    beam, alpha = PAPER
-    hypotheses = translate(
-        model, task.splits["valid"], task.tokenizer, task.info, beam_size=beam, alpha=alpha,
+    ``VALID_SENTENCES``) with chapter 08's beam search (``decoding.paper_beam_scores``): BLEU,
+    lowercased BLEU and chrF with the signature, and the translations (so that two probes, or a
+    probe and a shipped model, can be paired on them)."""
+    scores = paper_beam_scores(
+        model, task.splits["valid"], task.tokenizer, task.info, task.references["valid"],
         limit=VALID_SENTENCES,
     )  # fmt: skip
-    scores = score_translations(hypotheses, task.references["valid"][: len(hypotheses)])
-    return {
-        "split": "valid", "beam": beam, "alpha": alpha, "bleu": scores.bleu,
-        "bleu_lowercase": scores.bleu_lowercase, "chrf": scores.chrf,
-        "bleu_signature": scores.signature, "translations": hypotheses,
-    }  # fmt: skip
+    return {"split": "valid", **scores}
 
 
 def assignments(*parts: dict) -> list[str]:

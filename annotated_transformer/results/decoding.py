@@ -35,7 +35,7 @@ from ..data.batch import Batch
 from ..decode import beam_search, exact_search
 from ..metrics import bleu_difference, corpus_bleu, corpus_chrf
 from ..tasks.task_options import TaskInfo
-from .evaluation import decoding_budget, translate
+from .evaluation import decoding_budget, score_translations, translate
 from .experiments import ResultsStore, run_or_load
 
 TOLERANCE = 1e-4  # two scores closer than this are the same hypothesis's (cache vs. no cache)
@@ -60,6 +60,36 @@ class DecodingStudy:
 
 
 PAPER = (4, 0.6)  # Vaswani et al.'s beam and alpha (their §6.1), chapter 08's setting
+
+
+def paper_beam_scores(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    tokenizer: Any,
+    info: TaskInfo | dict[str, Any],
+    references: Sequence[str],
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """``model`` translating ``batches`` (a held-out split; its first ``limit`` sentences, None:
+    all) with chapter 08's beam search (:data:`PAPER`), scored against ``references`` (the
+    split's, in the same order): ``beam``, ``alpha``, ``bleu``, ``bleu_lowercase``, ``chrf``,
+    ``bleu_signature`` and the ``translations`` themselves, so that two translators can be paired
+    on them later (``metrics.bleu_difference``). What a probe stores of its validation decoding
+    and what ``scripts/compare_translators.py`` stores of each system."""
+    beam, alpha = PAPER
+    translations = translate(
+        model, batches, tokenizer, info, beam_size=beam, alpha=alpha, limit=limit
+    )
+    scores = score_translations(translations, references[: len(translations)])
+    return {
+        "beam": beam,
+        "alpha": alpha,
+        "bleu": scores.bleu,
+        "bleu_lowercase": scores.bleu_lowercase,
+        "chrf": scores.chrf,
+        "bleu_signature": scores.signature,
+        "translations": translations,
+    }
 
 
 def beam_grid(
