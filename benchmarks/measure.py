@@ -22,7 +22,10 @@ from torch.utils import benchmark
 import annotated_transformer as at
 from annotated_transformer.cost import training_flops_per_token
 from annotated_transformer.training.provenance import device_name
+from annotated_transformer.training.train import autocast_factory
 from benchmarks.models import (
+    WORD_LEVEL,
+    WORD_LEVEL_SMALLER,
     Plan,
     ReferenceDecoderOnly,
     ReferenceEncoderDecoder,
@@ -400,6 +403,104 @@ def bench_compile(plan: Plan, device: torch.device, log, precision: str = "fp32"
         log(f"  {result['name']}: ratio {result['ratio']:.2f} (compiling {compile_seconds:.0f} s)")
         rows.append(result)
     return rows
+
+
+# The adaptive softmax's clusters over WikiText-2's vocabulary (Grave et al. 2017, as Baevski and
+# Auli 2019 used it on WikiText-103, scaled): the 2000 most frequent words in the head, then the
+# next 8000, then the rest, each tail cluster projected to d / 4 and d / 16.
+ADAPTIVE_CUTOFFS = (2000, WORD_LEVEL_SMALLER)
+ADAPTIVE_DIV = 4.0
+
+
+def _words(size: Size, words: int) -> int:
+    """``words`` of WikiText-2's vocabulary, scaled to ``size``'s (the smoke plan's is tiny)."""
+    return max(2, round(words * size.vocab_size / WORD_LEVEL.vocab_size))
+
+
+def word_level_step(
+    size: Size, head: str, device: torch.device, precision: str, seed: int = 0
+) -> Callable[[], None]:
+    """One update of chapter 08's word-level recipe at ``size`` (rotary positions, GELU, dropout
+    0.3, the embedding tied to the output layer), by its ``head``: ``"full"`` (a softmax over the
+    whole vocabulary), ``"smaller"`` (the same over PTB's share of it) or ``"adaptive"``
+    (``nn.AdaptiveLogSoftmaxWithLoss`` on the final hidden states, its own weights untied; it runs
+    in fp32, as the module does not take bf16 inputs)."""
+    vocab = _words(size, WORD_LEVEL_SMALLER) if head == "smaller" else size.vocab_size
+    config = replace(
+        decoder_only_config(replace(size, vocab_size=vocab)),
+        positional="rope", activation="gelu", dropout=0.3, init="normal", tie_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = at.build_model(config).to(device).train()
+    generator = torch.Generator().manual_seed(seed)
+    shape = (size.batch, size.context)  # [B, T]
+    tokens = torch.randint(vocab, shape, generator=generator).to(device)
+    targets = torch.randint(vocab, shape, generator=generator).to(device)
+    if head != "adaptive":
+        return training_step(
+            model, (tokens,), targets, at.build_optimizer(model, lr=1e-4), precision
+        )
+    adaptive = nn.AdaptiveLogSoftmaxWithLoss(
+        size.d_model, vocab, [_words(size, words) for words in ADAPTIVE_CUTOFFS], ADAPTIVE_DIV
+    ).to(device)
+    optimizer = torch.optim.AdamW([*model.parameters(), *adaptive.parameters()], lr=1e-4)
+    model.output_projection = nn.Identity()  # the model returns its final hidden states
+    forward_context = autocast_factory(device, precision)
+
+    def step() -> None:
+        with forward_context():
+            hidden = model(tokens)  # [B, T, d_model]
+        loss = adaptive(hidden.float().flatten(0, 1), targets.flatten()).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def bench_vocabulary(plan: Plan, device: torch.device, log, precision: str = "fp32") -> list[dict]:
+    """What WikiText-2's vocabulary costs chapter 08's word-level recipe, one update at a time:
+    the full softmax over it against PTB's smaller vocabulary (how much the larger output layer
+    slows an update), and an adaptive softmax against the full one (how much of that it wins
+    back)."""
+    size = plan.word_level
+    variants = {head: word_level_step(size, head, device, precision) for head in HEADS}
+    seconds = time_alternating(
+        {head: steps(step, plan.steps) for head, step in variants.items()},
+        plan.warmup,
+        plan.repeats,
+        device,
+    )
+    tokens = size.batch * size.context * plan.steps
+    words = f"{size.vocab_size:,} words"
+    smaller = f"{_words(size, WORD_LEVEL_SMALLER):,}"
+    note = (
+        f"{size.n_layers} x {size.d_model} decoder, batch {size.batch} x {size.context}, "
+        f"{precision}. {size.note}"
+    )
+    cutoffs = tuple(_words(size, words) for words in ADAPTIVE_CUTOFFS)
+    rows = [
+        row(
+            f"word-level training, {words} vs {smaller} [{size.name}]",
+            tokens / seconds["full"],
+            tokens / seconds["smaller"],
+            "tokens/s",
+            f"reference = the same model over PTB's vocabulary; {note}".strip(),
+        ),
+        row(
+            f"adaptive softmax vs full softmax over {words} [{size.name}]",
+            tokens / seconds["adaptive"],
+            tokens / seconds["full"],
+            "tokens/s",
+            f"cutoffs {cutoffs}, div {ADAPTIVE_DIV:g}, head in fp32; {note}".strip(),
+        ),
+    ]
+    for result in rows:
+        log(f"  {result['name']}: ratio {result['ratio']:.2f}")
+    return rows
+
+
+HEADS = ("full", "smaller", "adaptive")
 
 
 # --- CUDA-only rows (tests/test_benchmarks.py runs them on a CPU too) -------------------------

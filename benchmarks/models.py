@@ -12,7 +12,7 @@ import io
 import os
 import tempfile
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +42,11 @@ NANOGPT = Size("nanogpt-shakespeare", 65, 384, 6, 6, 1536, 256, 64)
 SMALL = Size("small-cpu", 65, 128, 4, 4, 512, 64, 16)
 # The Annotated Transformer's Multi30k model (base sizes); context = source and target length.
 MULTI30K = Size("multi30k", 8000, 512, 8, 6, 2048, 32, 32)
+# Chapter 08's word-level recipe (the Penn Treebank's, run on WikiText-2 too): 6 layers of 256,
+# windows of 128 words, 32 to a batch, over WikiText-2's vocabulary; bench_vocabulary sets it
+# against PTB's vocabulary (WORD_LEVEL_SMALLER) and against an adaptive softmax.
+WORD_LEVEL = Size("word-level", 33278, 256, 4, 6, 1024, 128, 32)
+WORD_LEVEL_SMALLER = 10000  # the Penn Treebank's vocabulary
 
 
 @dataclass
@@ -59,6 +64,9 @@ class Plan:
     beam_sentences: int
     beam_new_tokens: int
     memory: bool
+    word_level: Size = field(
+        default_factory=lambda: WORD_LEVEL
+    )  # bench_vocabulary's model and batch
     compile_backend: str = "inductor"  # torch.compile's; smoke: "eager" (traced, not compiled)
 
 
@@ -96,6 +104,7 @@ def make_plan(mode: str, cuda: bool) -> Plan:
             beam_sentences=8,
             beam_new_tokens=30,
             memory=True,
+            word_level=WORD_LEVEL if cuda else replace(WORD_LEVEL, batch=4, note="quick: batch 4"),
         )
     if mode == "smoke":  # seconds: for the test of the suite itself, not for numbers
         tiny = Size("tiny", 17, 16, 2, 1, 64, 8, 2, note="smoke")  # d_ff = 4 d: nanoGPT's MLP
@@ -111,6 +120,7 @@ def make_plan(mode: str, cuda: bool) -> Plan:
             beam_sentences=2,
             beam_new_tokens=4,
             memory=True,
+            word_level=replace(tiny, name="tiny-words", vocab_size=120),
             compile_backend="eager",  # seconds, no C++ compiler
         )
     raise ValueError(f"mode={mode!r} is not one of: full, quick, smoke")

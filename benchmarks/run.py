@@ -40,13 +40,19 @@ from benchmarks.measure import (  # noqa: E402
     bench_cuda,
     bench_decoding,
     bench_training,
+    bench_vocabulary,
     synchronize,
     training_setup,
 )
 from benchmarks.models import Size, load_nanogpt, make_plan  # noqa: E402
 from benchmarks.report import format_table, markdown_table, regressions  # noqa: E402
 
-ONLY = ("compile",)  # the rows --only runs by themselves
+ONLY = ("compile", "vocabulary")  # the rows --only runs by themselves
+ONLY_BENCHES = {"compile": bench_compile, "vocabulary": bench_vocabulary}
+ONLY_TITLES = {
+    "compile": "torch.compile vs eager",
+    "vocabulary": "word-level training by output layer",
+}
 RESULTS = REPOSITORY / "benchmarks" / "results"  # the latest document of each device and mode
 HISTORY = RESULTS / "history"  # every stored document, for regressions
 
@@ -70,7 +76,9 @@ def run_suite(
     The decoder rows run against ``torch.nn`` and against nanoGPT's GPT (``nanogpt``: its
     model.py; see :func:`benchmarks.models.load_nanogpt`), in fp32 and, on a CPU with native
     bf16, under bf16 autocast too. ``only="compile"``: the ``torch.compile`` rows alone (on a CPU,
-    :func:`benchmarks.measure.bench_compile`), in a document of the same form.
+    :func:`benchmarks.measure.bench_compile`), in a document of the same form;
+    ``only="vocabulary"``: the word-level recipe's update by its output layer alone
+    (:func:`benchmarks.measure.bench_vocabulary`).
     """
     if only not in (None, *ONLY):
         raise ValueError(f"only={only!r} is not one of: {', '.join(ONLY)}")
@@ -90,10 +98,10 @@ def run_suite(
     precisions = ["fp32", "bf16"] if not cuda and native_bf16(device) else ["fp32"]
     if not cuda and "bf16" not in precisions:
         skipped.append({"name": "bf16 training", "reason": "this CPU has no native bf16"})
-    if only == "compile":  # on CUDA in bf16, as bench_cuda's row
+    if only is not None:  # on CUDA in bf16, as bench_cuda's rows
         precision = "bf16" if cuda else precisions[-1]
-        log(f"torch.compile vs eager ({precision}):")
-        results += bench_compile(plan, device, log, precision)
+        log(f"{ONLY_TITLES[only]} ({precision}):")
+        results += ONLY_BENCHES[only](plan, device, log, precision)
         document = suite_document(mode, device, code, started, load_before, results, skipped, None)
         return {**document, "only": only}
     module, origin = load_nanogpt(nanogpt) if mode != "smoke" or nanogpt else (None, "")
@@ -140,8 +148,9 @@ def run_suite(
         log("CUDA: precision, compilation, attention kernel, MFU:")
         results += bench_cuda(plan, device, log)
     else:
-        log(f"torch.compile vs eager ({precisions[-1]}):")
-        results += bench_compile(plan, device, log, precisions[-1])
+        for only in ONLY:
+            log(f"{ONLY_TITLES[only]} ({precisions[-1]}):")
+            results += ONLY_BENCHES[only](plan, device, log, precisions[-1])
         for name in (
             "bf16 autocast vs fp32",
             "SDPA vs explicit attention",
@@ -268,7 +277,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--profile", action="store_true", help="profile a training step instead")
-    parser.add_argument("--only", choices=ONLY, help="only these rows (compile: torch.compile's)")
+    parser.add_argument(
+        "--only",
+        choices=ONLY,
+        help="only these rows (compile: torch.compile's; vocabulary: the word-level update by "
+        "its output layer)",
+    )
     parser.add_argument("--table", type=Path, help="print a stored JSON as Markdown, run nothing")
     parser.add_argument("--nanogpt", help="nanoGPT's model.py or checkout (else AT_NANOGPT, fetch)")
     parser.add_argument(

@@ -49,6 +49,7 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
     assert any("greedy decoding" in name for name in names)
     assert any("beam search" in name for name in names)
     assert sum(name.startswith("torch.compile vs eager") for name in names) == 2  # on a CPU too
+    assert sum(name.startswith(("word-level training", "adaptive softmax")) for name in names) == 2
     for item in document["results"]:
         assert {"name", "ours", "reference", "unit", "ratio"} <= set(item)
         for key in ("ours", "reference", "ratio"):
@@ -70,15 +71,48 @@ def test_smoke_run_writes_the_documented_json(tmp_path):
     assert len(load["before"]) == 3 and len(load["after"]) == 3
 
 
-def test_only_the_compile_rows_run_with_only_compile(tmp_path):
+@pytest.mark.parametrize(
+    ("only", "starts"),
+    [
+        ("compile", ("torch.compile vs eager",)),
+        ("vocabulary", ("word-level training", "adaptive softmax vs full softmax")),
+    ],
+)
+def test_only_the_named_rows_run_with_only(tmp_path, only, starts):
     suite = load_suite()
-    path = tmp_path / "compile.json"
-    suite.main(["--smoke", "--device", "cpu", "--only", "compile", "--json", str(path)])
+    path = tmp_path / f"{only}.json"
+    suite.main(["--smoke", "--device", "cpu", "--only", only, "--json", str(path)])
     document = json.loads(path.read_text())
-    assert document["only"] == "compile" and document["mode"] == "smoke"
+    assert document["only"] == only and document["mode"] == "smoke"
     names = [item["name"] for item in document["results"]]
-    assert len(names) == 2 and all(name.startswith("torch.compile vs eager") for name in names)
+    assert len(names) == 2 and all(name.startswith(starts) for name in names)
     assert re.fullmatch(r"[0-9a-f]{40}", document["git_commit"])
+
+
+def test_the_vocabulary_rows_measure_the_word_level_recipe_at_its_own_sizes():
+    """The full plan's word-level model and batch are chapter 08's PTB/WikiText-2 recipe (the
+    reference profile), over WikiText-2's vocabulary against PTB's; the smoke plan scales both
+    vocabularies and the adaptive softmax's clusters down with it."""
+    from annotated_transformer.__main__ import resolve_settings
+
+    measure, models = suite_module("measure"), suite_module("models")
+    size = models.make_plan("full", cuda=False).word_level
+    recipe = resolve_settings("wikitext-2", {}, [], profile="reference")
+    model, data = recipe["model"], recipe["data"]
+    assert (size.d_model, size.n_heads, size.n_layers, size.d_ff) == (
+        model["d_model"], model["n_heads"], model["n_layers"], model["d_ff"],
+    )  # fmt: skip
+    assert (size.context, size.batch) == (data["context_length"], data["batch_size"])
+    assert measure._words(size, models.WORD_LEVEL_SMALLER) == 10000
+    assert models.make_plan("quick", cuda=False).word_level.batch < size.batch
+    smoke = models.make_plan("smoke", cuda=False).word_level
+    small = [measure._words(smoke, words) for words in (*measure.ADAPTIVE_CUTOFFS,)]
+    assert 2 <= small[0] < small[1] < smoke.vocab_size
+    rows = measure.bench_vocabulary(
+        models.make_plan("smoke", cuda=False), torch.device("cpu"), lambda *_: None
+    )
+    assert f"{smoke.vocab_size:,} words vs {small[1]:,}" in rows[0]["name"]
+    assert f"cutoffs {tuple(small)}" in rows[1]["note"]
 
 
 def test_only_with_store_is_refused_before_anything_runs(capsys):
