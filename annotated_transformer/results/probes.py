@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..metrics import Interval
 
 PROBE_PREFIX = "reference-"  # the probes of one lever against the reference recipe
 PROBES_DIRECTORY = Path("results") / "reference" / "probes"  # under the checkout
@@ -88,6 +92,34 @@ def read_comparison(
             f"{split!r}: run scripts/compare_translators.py again for these two runs"
         )
     return record
+
+
+def probe_bleu_difference(
+    probe: dict[str, Any],
+    shipped: dict[str, Any],
+    references: Sequence[str],
+    averaged: bool = False,
+    resamples: int = 1000,
+) -> Interval:
+    """A translation probe's validation BLEU minus the shipped model's, paired over the sentences
+    (``metrics.bleu_difference``, no decoding): ``probe`` is its stored record (its
+    ``valid_bleu`` translations, or with ``averaged`` those of the mean of its kept evaluations'
+    weights), ``shipped`` a stored comparison on the validation split whose first system is the
+    shipped model (``read_comparison(..., split="valid")``), ``references`` the split's. A probe
+    that decoded another number of sentences, or either record of another split, is refused."""
+    from ..metrics import bleu_difference
+
+    decoded = (probe["averaged"] if averaged else probe)["valid_bleu"]
+    if decoded["split"] != "valid" or shipped["split"] != "valid":
+        raise ValueError("a probe is read against the shipped model on the validation split only")
+    baseline = shipped["systems"][0]["translations"]
+    system = decoded["translations"]
+    if not len(system) == len(baseline) == len(references):
+        raise ValueError(
+            f"probe {probe['probe']!r} decoded {len(system)} sentences, the shipped model "
+            f"{len(baseline)}, the split has {len(references)}: pair them on the same sentences"
+        )
+    return bleu_difference(baseline, system, references, resamples=resamples)
 
 
 def evaluations(history: list[dict[str, Any]]) -> list[tuple[int, float]]:

@@ -167,3 +167,36 @@ def test_a_translation_probe_decodes_the_validation_split_with_its_last_and_aver
     stored = json.loads((tmp_path / "out" / "multi30k-t.json").read_text(encoding="utf-8"))
     assert stored["valid_bleu"] == record["valid_bleu"]
     assert not (tmp_path / "checkpoints" / "multi30k-t").exists()  # removed once stored
+
+
+def test_a_translation_probe_is_paired_with_the_shipped_model_on_its_stored_translations():
+    """The probe's validation translations (last or averaged weights) against the shipped model's
+    from a stored comparison, without decoding: the estimate is the difference of the two corpus
+    BLEUs, and records that cannot be paired are refused."""
+    from annotated_transformer.metrics import corpus_bleu
+    from annotated_transformer.results.probes import probe_bleu_difference
+
+    references = [f"a dog runs on the grass number {i} today ." for i in range(40)]
+    shipped_lines = [
+        line.replace("dog", "cat") if i % 2 else line for i, line in enumerate(references)
+    ]
+    last = [line.replace("grass", "sand") if i % 3 else line for i, line in enumerate(references)]
+    mean = list(references)  # the averaged weights translate every sentence right
+    probe = {
+        "probe": "reference-bpe-5000-2250",
+        "valid_bleu": {"split": "valid", "translations": last},
+        "averaged": {"valid_bleu": {"split": "valid", "translations": mean}},
+    }
+    shipped = {"split": "valid", "systems": [{"translations": shipped_lines}, {}]}
+    difference = probe_bleu_difference(probe, shipped, references, resamples=50)
+    expected = corpus_bleu(last, references).score - corpus_bleu(shipped_lines, references).score
+    assert difference.estimate == pytest.approx(expected)
+    assert difference.low <= difference.estimate <= difference.high
+    averaged = probe_bleu_difference(probe, shipped, references, averaged=True, resamples=50)
+    assert averaged.estimate == pytest.approx(100 - corpus_bleu(shipped_lines, references).score)
+    assert averaged.estimate > difference.estimate
+    with pytest.raises(ValueError, match="decoded 39 sentences, the shipped model 40"):
+        short = {**probe, "valid_bleu": {"split": "valid", "translations": last[:-1]}}
+        probe_bleu_difference(short, shipped, references)
+    with pytest.raises(ValueError, match="validation split only"):
+        probe_bleu_difference(probe, {**shipped, "split": "test"}, references)
