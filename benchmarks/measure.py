@@ -410,6 +410,7 @@ def bench_compile(plan: Plan, device: torch.device, log, precision: str = "fp32"
 # next 8000, then the rest, each tail cluster projected to d / 4 and d / 16.
 ADAPTIVE_CUTOFFS = (2000, WORD_LEVEL_SMALLER)
 ADAPTIVE_DIV = 4.0
+HEADS = ("full", "smaller", "adaptive")  # word_level_step's output layers
 
 
 def _words(size: Size, words: int) -> int:
@@ -425,6 +426,8 @@ def word_level_step(
     whole vocabulary), ``"smaller"`` (the same over PTB's share of it) or ``"adaptive"``
     (``nn.AdaptiveLogSoftmaxWithLoss`` on the final hidden states, its own weights untied; it runs
     in fp32, as the module does not take bf16 inputs)."""
+    if head not in HEADS:
+        raise ValueError(f"head={head!r} is not one of: {', '.join(HEADS)}")
     vocab = _words(size, WORD_LEVEL_SMALLER) if head == "smaller" else size.vocab_size
     config = replace(
         decoder_only_config(replace(size, vocab_size=vocab)),
@@ -498,9 +501,6 @@ def bench_vocabulary(plan: Plan, device: torch.device, log, precision: str = "fp
     for result in rows:
         log(f"  {result['name']}: ratio {result['ratio']:.2f}")
     return rows
-
-
-HEADS = ("full", "smaller", "adaptive")
 
 
 # --- CUDA-only rows (tests/test_benchmarks.py runs them on a CPU too) -------------------------

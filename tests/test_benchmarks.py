@@ -113,6 +113,8 @@ def test_the_vocabulary_rows_measure_the_word_level_recipe_at_its_own_sizes():
     )
     assert f"{smoke.vocab_size:,} words vs {small[1]:,}" in rows[0]["name"]
     assert f"cutoffs {tuple(small)}" in rows[1]["note"]
+    with pytest.raises(ValueError, match="is not one of: full, smaller, adaptive"):
+        measure.word_level_step(smoke, "tied", torch.device("cpu"), "fp32")
 
 
 def test_only_with_store_is_refused_before_anything_runs(capsys):
