@@ -146,11 +146,18 @@ def test_cuda_only_rows_run_on_a_cpu(monkeypatch):
     plan = models.make_plan("smoke", cuda=True)
     # A known accelerator's name, so that the MFU row is computed too.
     monkeypatch.setattr(measure, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    rows = measure.bench_cuda(plan, torch.device("cpu"), lambda *_: None, compile_backend="eager")
+    assert plan.compile_backend == "eager"
+    rows = measure.bench_cuda(plan, torch.device("cpu"), lambda *_: None)
 
     names = [item["name"] for item in rows]
-    for expected in ("bf16 autocast vs fp32", "torch.compile vs eager", "SDPA vs explicit"):
+    for expected in ("bf16 autocast vs fp32", "SDPA vs explicit"):
         assert sum(name.startswith(expected) for name in names) == 1, names
+    # compilation measured once, by bench_compile's two rows (one shape, three), in bf16
+    compiled = [name for name in names if name.startswith("torch.compile vs eager")]
+    assert [name.split(" [")[0] for name in compiled] == [
+        "torch.compile vs eager training, bf16, one shape",
+        "torch.compile vs eager training, bf16, three shapes",
+    ]
     utilisation = next(item for item in rows if item["name"].startswith("model FLOPs utilisation"))
     assert utilisation["unit"] == "fraction of peak"
     for item in rows:
