@@ -475,6 +475,29 @@ def lever_study(task_name: str) -> None:
         probe(task_name, name, {**overrides, "average": keep}, settings, seed, out)
 
 
+USAGE = "usage: reference_probes.py TASK [NAME ...] | reference_probes.py study TASK"
+
+
+def chosen_probes(argv: list[str]) -> tuple[str, list[str]]:
+    """The task and probe names of a command line (``TASK [NAME ...]``; no name: every probe of
+    the task), each checked before anything trains: an unknown one stops the script with the
+    names it knows."""
+    if not argv:
+        sys.exit(f"{USAGE}\ntasks with probes: {', '.join(PROBES)}")
+    task_name, names = argv[0], argv[1:]
+    if task_name not in PROBES:
+        sys.exit(
+            f"reference_probes.py: no probes for task {task_name!r}; tasks: {', '.join(PROBES)}"
+        )
+    unknown = [name for name in names if name not in PROBES[task_name]]
+    if unknown:
+        sys.exit(
+            f"reference_probes.py: {task_name} has no probe {', '.join(map(repr, unknown))}; "
+            f"its probes: {', '.join(PROBES[task_name])}"
+        )
+    return task_name, names or list(PROBES[task_name])
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     if sys.argv[1:2] == ["study"]:
@@ -483,6 +506,6 @@ if __name__ == "__main__":
         except ValueError as error:  # an unknown task: the studied ones are named
             sys.exit(f"reference_probes.py study TASK: {error}")
         sys.exit(0)
-    task_name, names = sys.argv[1], sys.argv[2:] or list(PROBES[sys.argv[1]])
+    task_name, names = chosen_probes(sys.argv[1:])
     for name in names:
         probe(task_name, name, PROBES[task_name][name])

@@ -200,3 +200,17 @@ def test_a_translation_probe_is_paired_with_the_shipped_model_on_its_stored_tran
         probe_bleu_difference(short, shipped, references)
     with pytest.raises(ValueError, match="validation split only"):
         probe_bleu_difference(probe, {**shipped, "split": "test"}, references)
+
+
+def test_the_probe_script_names_what_it_knows_when_given_what_it_does_not():
+    """``reference_probes.py TASK NAME``: an unknown task or probe stops the script before anything
+    trains, with the names it knows; known names come back as given, none means all."""
+    script = load_script("reference_probes")
+    assert script.chosen_probes(["ptb"]) == ("ptb", list(script.PROBES["ptb"]))
+    assert script.chosen_probes(["ptb", "reference-muon-1500"]) == ("ptb", ["reference-muon-1500"])
+    with pytest.raises(SystemExit, match="tasks: tinyshakespeare, ptb, multi30k"):
+        script.chosen_probes(["wikitext"])
+    with pytest.raises(SystemExit, match=r"ptb has no probe 'reference-muon'; its probes: d384"):
+        script.chosen_probes(["ptb", "reference-muon-1500", "reference-muon"])
+    with pytest.raises(SystemExit, match="usage: reference_probes.py TASK"):
+        script.chosen_probes([])
