@@ -44,6 +44,7 @@ from annotated_transformer.training.averaging import average_checkpoints, evalua
 from annotated_transformer.training.checkpoint import load_checkpoint
 from annotated_transformer.training.fit import run_configs
 from annotated_transformer.training.provenance import code_version, provenance
+from annotated_transformer.training.run_lock import RunDirectoryLocked, check_run_directory
 from annotated_transformer.training.train import seed_everything
 from annotated_transformer.training.trainer import Trainer, TrainingInterrupted
 
@@ -379,6 +380,11 @@ def probe(
     """Train ``BASE[task_name]`` with ``overrides`` for PROBE_STEPS updates (or the probe's own
     ``"steps"``), or the given ``settings`` (a lever study's arm), at ``seed``; store its history
     in ``out``."""
+    # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
+    # signal, a lost session) continues exactly where it was when started again. A folder a live
+    # run holds is refused before anything is read or cleared (RunDirectoryLocked).
+    run_dir = CHECKPOINTS / f"{task_name}-{name}"
+    check_run_directory(run_dir)
     overrides = dict(overrides)
     steps = overrides.pop("steps", PROBE_STEPS[task_name])
     average = overrides.pop("average", None)
@@ -387,9 +393,6 @@ def probe(
     task = build_task(task_name, settings["data"], seed=seed)
     train = {**settings["train"], "progress": False, "seed": seed}
     train["eval_every"] = min(train.get("eval_every") or steps, steps)
-    # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
-    # signal, a lost session) continues exactly where it was when started again.
-    run_dir = CHECKPOINTS / f"{task_name}-{name}"
     train.update(checkpoint_dir=str(run_dir), save_every=SAVE_EVERY)
     if average:
         train["keep_evaluations"] = average
@@ -500,14 +503,21 @@ def chosen_probes(argv: list[str]) -> tuple[str, list[str]]:
     return task_name, names or list(PROBES[task_name])
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
     torch.set_num_threads(2)
-    if sys.argv[1:2] == ["study"]:
-        try:
-            lever_study(sys.argv[2] if len(sys.argv) > 2 else "")
-        except ValueError as error:  # an unknown task: the studied ones are named
-            sys.exit(f"reference_probes.py study TASK: {error}")
-        sys.exit(0)
-    task_name, names = chosen_probes(sys.argv[1:])
-    for name in names:
-        probe(task_name, name, PROBES[task_name][name])
+    try:
+        if argv[:1] == ["study"]:
+            try:
+                lever_study(argv[1] if len(argv) > 1 else "")
+            except ValueError as error:  # an unknown task: the studied ones are named
+                sys.exit(f"reference_probes.py study TASK: {error}")
+            return
+        task_name, names = chosen_probes(argv)
+        for name in names:
+            probe(task_name, name, PROBES[task_name][name])
+    except RunDirectoryLocked as error:  # the same probe already trains: nothing was touched
+        sys.exit(f"reference_probes.py: {error}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -214,3 +214,21 @@ def test_the_probe_script_names_what_it_knows_when_given_what_it_does_not():
         script.chosen_probes(["ptb", "reference-muon-1500", "reference-muon"])
     with pytest.raises(SystemExit, match="usage: reference_probes.py TASK"):
         script.chosen_probes([])
+
+
+def test_a_probe_whose_folder_a_live_run_holds_is_refused_before_anything_is_touched(
+    tmp_path, monkeypatch
+):
+    """The same probe started twice: the second stops with the holder named, and neither reads
+    the data nor clears the first one's folder (whose checkpoint it would otherwise remove)."""
+    from annotated_transformer.training.run_lock import RunLock
+
+    script = load_script("reference_probes")
+    monkeypatch.setattr(script, "CHECKPOINTS", tmp_path)
+    monkeypatch.setattr(script, "build_task", lambda *a, **k: pytest.fail("the data was read"))
+    folder = tmp_path / "ptb-reference-muon-1500"
+    with RunLock(folder):  # held by a live process: this one
+        (folder / "probe.json").write_text("{}")  # the first run's, without last.pt yet
+        with pytest.raises(SystemExit, match=r"reference_probes.py: .*ptb-reference-muon-1500"):
+            script.main(["ptb", "reference-muon-1500"])
+        assert (folder / "probe.json").is_file()
