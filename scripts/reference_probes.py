@@ -21,10 +21,12 @@ where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -44,7 +46,12 @@ from annotated_transformer.training.averaging import average_checkpoints, evalua
 from annotated_transformer.training.checkpoint import load_checkpoint
 from annotated_transformer.training.fit import run_configs
 from annotated_transformer.training.provenance import code_version, provenance
-from annotated_transformer.training.run_lock import RunDirectoryLocked, check_run_directory
+from annotated_transformer.training.run_lock import (
+    RunDirectoryLocked,
+    RunLock,
+    check_run_directory,
+    describe_holder,
+)
 from annotated_transformer.training.train import seed_everything
 from annotated_transformer.training.trainer import Trainer, TrainingInterrupted
 
@@ -369,6 +376,34 @@ def study_settings(task_name: str, overrides: dict) -> dict:
     return resolve_settings(task_name, {}, assignments(overrides), profile="reference")
 
 
+class ProbeBusy(RuntimeError):
+    """The probe is already training in another live process; the message names it."""
+
+
+@contextlib.contextmanager
+def probe_lock(task_name: str, name: str) -> Iterator[None]:
+    """Hold probe ``task_name`` ``name`` for the whole of its run, from before its folder is read
+    or cleared until its record is written and the folder removed: a second start meanwhile
+    raises :class:`ProbeBusy`. The lock lives beside the run folder (``CHECKPOINTS/.locks/``),
+    since the Trainer refuses a run folder whose lock this process already holds; a run folder a
+    live Trainer holds (a probe started by an older copy of this script) is refused too."""
+    lock = RunLock(CHECKPOINTS / ".locks" / f"{task_name}-{name}")
+    try:
+        lock.acquire()
+        check_run_directory(CHECKPOINTS / f"{task_name}-{name}")
+    except RunDirectoryLocked:
+        lock.release()
+        holder = lock.holder() or RunLock(CHECKPOINTS / f"{task_name}-{name}").holder() or {}
+        raise ProbeBusy(
+            f"{task_name} {name} is already training ({describe_holder(holder)}); wait for it "
+            f"to end, or stop it (Ctrl-C: it saves and continues when started again)"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def probe(
     task_name: str,
     name: str,
@@ -379,12 +414,19 @@ def probe(
 ) -> dict:
     """Train ``BASE[task_name]`` with ``overrides`` for PROBE_STEPS updates (or the probe's own
     ``"steps"``), or the given ``settings`` (a lever study's arm), at ``seed``; store its history
-    in ``out``."""
+    in ``out``. The probe is held for the whole run (:func:`probe_lock`): started twice, the
+    second raises :class:`ProbeBusy` before anything is read or cleared."""
+    with probe_lock(task_name, name):
+        return train_probe(task_name, name, overrides, settings, seed, out)
+
+
+def train_probe(
+    task_name: str, name: str, overrides: dict, settings: dict | None, seed: int, out: Path
+) -> dict:
+    """:func:`probe`'s work, with the probe held."""
     # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
-    # signal, a lost session) continues exactly where it was when started again. A folder a live
-    # run holds is refused before anything is read or cleared (RunDirectoryLocked).
+    # signal, a lost session) continues exactly where it was when started again.
     run_dir = CHECKPOINTS / f"{task_name}-{name}"
-    check_run_directory(run_dir)
     overrides = dict(overrides)
     steps = overrides.pop("steps", PROBE_STEPS[task_name])
     average = overrides.pop("average", None)
@@ -504,20 +546,27 @@ def chosen_probes(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str]) -> None:
-    torch.set_num_threads(2)
-    try:
-        if argv[:1] == ["study"]:
-            try:
-                lever_study(argv[1] if len(argv) > 1 else "")
-            except ValueError as error:  # an unknown task: the studied ones are named
-                sys.exit(f"reference_probes.py study TASK: {error}")
-            return
-        task_name, names = chosen_probes(argv)
-        for name in names:
+    """The command line: ``TASK [NAME ...]`` or ``study TASK``. A probe already training stops the
+    command with its process named, and with the probes of the command it did not reach."""
+    if argv[:1] == ["study"]:
+        try:
+            lever_study(argv[1] if len(argv) > 1 else "")
+        except ValueError as error:  # an unknown task: the studied ones are named
+            sys.exit(f"reference_probes.py study TASK: {error}")
+        except ProbeBusy as error:
+            sys.exit(f"reference_probes.py: {error}")
+        return
+    task_name, names = chosen_probes(argv)
+    for number, name in enumerate(names):
+        try:
             probe(task_name, name, PROBES[task_name][name])
-    except RunDirectoryLocked as error:  # the same probe already trains: nothing was touched
-        sys.exit(f"reference_probes.py: {error}")
+        except ProbeBusy as error:
+            rest = names[number + 1 :]
+            sys.exit(
+                f"reference_probes.py: {error}" + (f"; not run: {', '.join(rest)}" if rest else "")
+            )
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(2)
     main(sys.argv[1:])

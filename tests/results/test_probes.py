@@ -216,19 +216,47 @@ def test_the_probe_script_names_what_it_knows_when_given_what_it_does_not():
         script.chosen_probes([])
 
 
-def test_a_probe_whose_folder_a_live_run_holds_is_refused_before_anything_is_touched(
-    tmp_path, monkeypatch
-):
-    """The same probe started twice: the second stops with the holder named, and neither reads
-    the data nor clears the first one's folder (whose checkpoint it would otherwise remove)."""
+def test_a_probe_already_training_is_refused_before_anything_is_touched(tmp_path, monkeypatch):
+    """The same probe started twice. While the first trains, its Trainer holds the run folder;
+    before and after its training (reading the data, decoding, averaging, writing the record) the
+    probe's own lock holds it. Either way the second start stops with the holder named and the
+    probes it did not reach, reads no data, and leaves the first one's folder as it was."""
     from annotated_transformer.training.run_lock import RunLock
 
     script = load_script("reference_probes")
     monkeypatch.setattr(script, "CHECKPOINTS", tmp_path)
     monkeypatch.setattr(script, "build_task", lambda *a, **k: pytest.fail("the data was read"))
     folder = tmp_path / "ptb-reference-muon-1500"
-    with RunLock(folder):  # held by a live process: this one
-        (folder / "probe.json").write_text("{}")  # the first run's, without last.pt yet
-        with pytest.raises(SystemExit, match=r"reference_probes.py: .*ptb-reference-muon-1500"):
-            script.main(["ptb", "reference-muon-1500"])
-        assert (folder / "probe.json").is_file()
+    holders = {
+        "the Trainer, training": folder,
+        "the probe, after its training": tmp_path / ".locks" / "ptb-reference-muon-1500",
+    }
+    for place in holders.values():
+        folder.mkdir(exist_ok=True)
+        (folder / "probe.json").write_text("{}")
+        (folder / "last.pt").write_text("the first run's checkpoint")
+        with RunLock(place):  # held by a live process: this one
+            with pytest.raises(SystemExit) as stopped:
+                script.main(["ptb", "reference-muon-1500", "reference-relu2-1500"])
+            message = str(stopped.value)
+            assert "ptb reference-muon-1500 is already training (pid " in message
+            assert message.endswith("; not run: reference-relu2-1500")
+            assert (folder / "last.pt").read_text() == "the first run's checkpoint"
+            assert (folder / "probe.json").is_file()
+
+
+def test_a_probe_lets_go_of_its_lock_when_it_ends_or_fails(tmp_path, monkeypatch):
+    script = load_script("reference_probes")
+    monkeypatch.setattr(script, "CHECKPOINTS", tmp_path)
+    monkeypatch.setattr(script, "train_probe", lambda *args: {"finished": args[1]})
+    assert script.probe("ptb", "reference-muon-1500", {}) == {"finished": "reference-muon-1500"}
+
+    def fails(*args):
+        raise RuntimeError("a bug in the middle of a probe")
+
+    monkeypatch.setattr(script, "train_probe", fails)
+    with pytest.raises(RuntimeError, match="a bug"):
+        script.probe("ptb", "reference-muon-1500", {})
+    assert not (tmp_path / ".locks" / "ptb-reference-muon-1500" / "run.lock").exists()
+    monkeypatch.setattr(script, "train_probe", lambda *args: "again")
+    assert script.probe("ptb", "reference-muon-1500", {}) == "again"  # free to start again
