@@ -160,6 +160,17 @@ def test_cuda_only_rows_run_on_a_cpu(monkeypatch):
     ]
     utilisation = next(item for item in rows if item["name"].startswith("model FLOPs utilisation"))
     assert utilisation["unit"] == "fraction of peak"
+    # MFU takes the faster of eager and compiled, as the one-shape compile row timed them
+    size, peak = plan.decoder_sizes[-1], measure.PEAK_BF16_FLOPS["H100"]
+    for ours, reference, best in ((2e9, 1e9, "bf16-compiled"), (1e9, 3e9, "bf16")):
+        made = [
+            {"name": "compile", "ours": ours, "reference": reference, "ratio": ours / reference}
+        ]
+        monkeypatch.setattr(measure, "bench_compile", lambda *args, made=made: made)
+        mfu = measure.bench_cuda(plan, torch.device("cpu"), lambda *_: None)[-1]
+        assert mfu["name"].startswith(f"model FLOPs utilisation, {best} [")
+        expected = max(ours, reference) * measure.flops_per_token(size) / peak
+        assert mfu["ratio"] == pytest.approx(expected)
     for item in rows:
         for key in ("ours", "reference", "ratio"):
             assert math.isfinite(item[key]) and item[key] > 0
