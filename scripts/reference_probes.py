@@ -376,6 +376,12 @@ def study_settings(task_name: str, overrides: dict) -> dict:
     return resolve_settings(task_name, {}, assignments(overrides), profile="reference")
 
 
+def probe_folder(task_name: str, name: str) -> Path:
+    """A probe's run folder while it trains: ``last.pt`` every SAVE_EVERY updates, so that a probe
+    stopped (a signal, a lost session) continues exactly where it was when started again."""
+    return CHECKPOINTS / f"{task_name}-{name}"
+
+
 class ProbeBusy(RuntimeError):
     """The probe is already training in another live process; the message names it."""
 
@@ -390,10 +396,10 @@ def probe_lock(task_name: str, name: str) -> Iterator[None]:
     lock = RunLock(CHECKPOINTS / ".locks" / f"{task_name}-{name}")
     try:
         lock.acquire()
-        check_run_directory(CHECKPOINTS / f"{task_name}-{name}")
+        check_run_directory(probe_folder(task_name, name))
     except RunDirectoryLocked:
         lock.release()
-        holder = lock.holder() or RunLock(CHECKPOINTS / f"{task_name}-{name}").holder() or {}
+        holder = lock.holder() or RunLock(probe_folder(task_name, name)).holder() or {}
         raise ProbeBusy(
             f"{task_name} {name} is already training ({describe_holder(holder)}); wait for it "
             f"to end, or stop it (Ctrl-C: it saves and continues when started again)"
@@ -424,9 +430,7 @@ def train_probe(
     task_name: str, name: str, overrides: dict, settings: dict | None, seed: int, out: Path
 ) -> dict:
     """:func:`probe`'s work, with the probe held."""
-    # The probe's own run folder: last.pt every SAVE_EVERY updates, so that a probe stopped (a
-    # signal, a lost session) continues exactly where it was when started again.
-    run_dir = CHECKPOINTS / f"{task_name}-{name}"
+    run_dir = probe_folder(task_name, name)
     overrides = dict(overrides)
     steps = overrides.pop("steps", PROBE_STEPS[task_name])
     average = overrides.pop("average", None)
