@@ -52,7 +52,26 @@ PROBED_REFERENCE = {
     "tinyshakespeare": "tinyshakespeare-reference-seed0-b867757fff44",
     "multi30k": "multi30k-reference-seed0-b33cc107e27e",
     "ptb": "ptb-reference-seed0-98dfc4156f72",
+    "cmn-eng": "cmn-eng-reference-seed0-f0f3ea770061",  # its CPU run (CPU_RUNS), not the store's
 }
+
+
+def read_probed_run(root: str | os.PathLike, task: str) -> dict[str, Any]:
+    """The record of the run ``task``'s lever probes changed (:data:`PROBED_REFERENCE`), in the
+    checkout at ``root``: from the results store, or, for a task judged on its CPU run, that
+    run's record (:func:`read_cpu_run`). ``KeyError`` naming the tasks with probes if ``task``
+    has none; ``FileNotFoundError`` naming the record if it is not there."""
+    from .experiments import ResultsStore
+
+    if task not in PROBED_REFERENCE:
+        raise KeyError(
+            f"{task!r} has no lever probes; tasks with probes: {', '.join(PROBED_REFERENCE)}"
+        )
+    key = PROBED_REFERENCE[task]
+    cpu_run = read_cpu_run(root, task)
+    if cpu_run is not None and cpu_run["key"] == key:
+        return cpu_run
+    return ResultsStore(Path(root) / "results").load(key)
 
 
 def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str, dict[str, Any]]:
@@ -100,19 +119,30 @@ def probe_bleu_difference(
     references: Sequence[str],
     averaged: bool = False,
     resamples: int = 1000,
+    against: str | None = None,
 ) -> Interval:
     """A translation probe's validation BLEU minus the shipped model's, paired over the sentences
     (``metrics.bleu_difference``, no decoding): ``probe`` is its stored record (its
     ``valid_bleu`` translations, or with ``averaged`` those of the mean of its kept evaluations'
     weights), ``shipped`` a stored comparison on the validation split whose first system is the
-    shipped model (``read_comparison(..., split="valid")``), ``references`` the split's. A probe
-    that decoded another number of sentences, or either record of another split, is refused."""
+    shipped model (``read_comparison(..., split="valid")``), ``references`` the split's. With
+    ``against`` (a record key), the probe is set against that system of the comparison instead:
+    a task judged on its CPU run (:data:`CPU_RUNS`) is probed against that run. A probe that
+    decoded another number of sentences, or either record of another split, is refused."""
     from ..metrics import bleu_difference
 
     decoded = (probe["averaged"] if averaged else probe)["valid_bleu"]
     if decoded["split"] != "valid" or shipped["split"] != "valid":
         raise ValueError("a probe is read against the shipped model on the validation split only")
     baseline = shipped["systems"][0]["translations"]
+    if against is not None:
+        systems = {system["record"]: system["translations"] for system in shipped["systems"]}
+        if against not in systems:
+            raise ValueError(
+                f"the comparison holds {', '.join(systems)}, not {against!r}: compare that "
+                f"run's translations first (scripts/compare_translators.py --split valid)"
+            )
+        baseline = systems[against]
     system = decoded["translations"]
     if not len(system) == len(baseline) == len(references):
         raise ValueError(

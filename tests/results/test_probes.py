@@ -7,12 +7,12 @@ import pytest
 from conftest import eval_history as history
 from conftest import load_script
 
-from annotated_transformer.results.experiments import ResultsStore
 from annotated_transformer.results.probes import (
     PROBED_REFERENCE,
     evaluations,
     first_reaching,
     lever_rows,
+    read_probed_run,
     read_probes,
 )
 
@@ -71,10 +71,11 @@ LEVER_SETTINGS = {
         ("multi30k", 2250),
         ("ptb", 1500),
         ("ptb", 4200),
+        ("cmn-eng", 2000),
     ],
 )
 def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(task, stop):
-    reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])
+    reference = read_probed_run(ROOT, task)
     assert (reference["config"]["task"], reference["config"]["profile"]) == (task, "reference")
     probes = read_probes(PROBES, task, stop)
     if task == "tinyshakespeare":
@@ -97,6 +98,20 @@ def test_each_stored_probe_is_the_reference_recipe_with_its_lever_changed_only(t
     assert json.loads((PROBES / "tinyshakespeare-step-times.json").read_text())["rounds"] >= 6
 
 
+def test_the_probed_run_of_a_task_judged_on_its_cpu_run_is_that_run():
+    """cmn-eng's probes change the recipe of its CPU run (probes dir), the others' a stored
+    reference record; a task without probes is refused with the ones that have them."""
+    cpu_run = read_probed_run(ROOT, "cmn-eng")
+    assert cpu_run["key"] == PROBED_REFERENCE["cmn-eng"]
+    assert (
+        cpu_run["config"]["train"]["max_steps"] == 2000
+        and "CPU" in (cpu_run["provenance"]["device"])
+    )
+    assert read_probed_run(ROOT, "ptb")["key"] == PROBED_REFERENCE["ptb"]
+    with pytest.raises(KeyError, match="tasks with probes: tinyshakespeare, multi30k"):
+        read_probed_run(ROOT, "wikitext-2")
+
+
 @pytest.mark.parametrize("task", list(PROBED_REFERENCE))
 def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_changed_only(task):
     """The definitions in scripts/reference_probes.py, run or not: the settings a probe would
@@ -105,7 +120,7 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
     script = load_script("reference_probes")
     from annotated_transformer.__main__ import resolve_settings
 
-    reference = ResultsStore(ROOT / "results").load(PROBED_REFERENCE[task])["config"]
+    reference = read_probed_run(ROOT, task)["config"]
     defined = {
         name.removeprefix("reference-").rsplit("-", 1)[0]: probe
         for name, probe in script.PROBES[task].items()
@@ -126,9 +141,10 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
         assert changed == LEVER_SETTINGS[lever], lever
         if lever == "schedule":
             assert probe["steps"] == settings["train"]["max_steps"]
-        else:  # the reference's schedule, stopped early: the curves compare update for update
+        else:  # the reference's schedule, stopped early or at its end (cmn-eng's, best at its
+            # end): the curves compare update for update
             assert (
-                settings["train"]["max_steps"] == reference["train"]["max_steps"] > probe["steps"]
+                settings["train"]["max_steps"] == reference["train"]["max_steps"] >= probe["steps"]
             )
 
 
@@ -200,6 +216,16 @@ def test_a_translation_probe_is_paired_with_the_shipped_model_on_its_stored_tran
         probe_bleu_difference(short, shipped, references)
     with pytest.raises(ValueError, match="validation split only"):
         probe_bleu_difference(probe, {**shipped, "split": "test"}, references)
+    # against another system of the comparison, named by its record (a task's CPU run)
+    cpu_run = {"record": "cpu", "translations": last}
+    paired = {**shipped, "systems": [{"record": "gpu", "translations": shipped_lines}, cpu_run]}
+    same = probe_bleu_difference(probe, paired, references, against="cpu", resamples=50)
+    assert same.estimate == pytest.approx(0.0)  # the probe's last translations are that run's
+    assert probe_bleu_difference(probe, paired, references, resamples=50).estimate == (
+        pytest.approx(difference.estimate)  # no name: the first system, as before
+    )
+    with pytest.raises(ValueError, match="holds gpu, cpu, not 'h100'"):
+        probe_bleu_difference(probe, paired, references, against="h100")
 
 
 def test_the_probe_script_names_what_it_knows_when_given_what_it_does_not():
