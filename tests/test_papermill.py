@@ -151,6 +151,7 @@ BAD_PARAMETERS = [
     ("09_ablation.ipynb", {"overrides": {"model.d_modle": 8}}, "d_modle"),
     ("08_training.ipynb", {"seed": -1}, "seed=-1 is not accepted: use an integer >= 0"),
     ("08_training.ipynb", {"rerun": "yes"}, "rerun='yes' is not accepted: use True or False"),
+    ("08_training.ipynb", {"ptb_twins": 0}, "ptb_twins=0 is not accepted: use True or False"),
     ("08_training.ipynb", {"tasks": "wmt"}, "task='wmt' is not one of"),
     ("10_attention_visualisation.ipynb", {"sentences": 0}, "sentences=0 is not accepted"),
     ("10_attention_visualisation.ipynb", {"passages": -3}, "passages=-3 is not accepted"),
