@@ -8,8 +8,7 @@ lever may save updates but cost time per update, how many updates and how many s
 needed to first reach the reference's value::
 
     probes = read_probes(ROOT / PROBES_DIRECTORY, "tinyshakespeare", 1600)
-    store = ResultsStore(ROOT / "results")  # results.experiments
-    probed = store.load(PROBED_REFERENCE["tinyshakespeare"])  # the run the probes changed
+    probed = read_probed_run(ROOT, "tinyshakespeare")  # the run the probes changed
     rows = lever_rows(probes, probed["history"], seconds_per_update)
 """
 
@@ -58,20 +57,32 @@ PROBED_REFERENCE = {
 
 def read_probed_run(root: str | os.PathLike, task: str) -> dict[str, Any]:
     """The record of the run ``task``'s lever probes changed (:data:`PROBED_REFERENCE`), in the
-    checkout at ``root``: from the results store, or, for a task judged on its CPU run, that
-    run's record (:func:`read_cpu_run`). ``KeyError`` naming the tasks with probes if ``task``
-    has none; ``FileNotFoundError`` naming the record if it is not there."""
+    checkout at ``root``: from the results store or, for a task judged on its CPU run
+    (:data:`CPU_RUNS`) when the store does not hold it, that run's record. ``ValueError`` naming
+    the tasks with probes if ``task`` has none, or if the CPU run's file holds another run;
+    ``FileNotFoundError`` naming where it looked if the record is in neither place."""
     from .experiments import ResultsStore
 
     if task not in PROBED_REFERENCE:
-        raise KeyError(
+        raise ValueError(
             f"{task!r} has no lever probes; tasks with probes: {', '.join(PROBED_REFERENCE)}"
         )
     key = PROBED_REFERENCE[task]
-    cpu_run = read_cpu_run(root, task)
-    if cpu_run is not None and cpu_run["key"] == key:
-        return cpu_run
-    return ResultsStore(Path(root) / "results").load(key)
+    store = ResultsStore(Path(root) / "results")
+    if task not in CPU_RUNS or store.path(key).is_file():
+        return store.load(key)
+    path = Path(root) / PROBES_DIRECTORY / CPU_RUNS[task]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"run {key}, which {task}'s probes changed, is in neither {store.path(key)} nor {path}"
+        )
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record["key"] != key:
+        raise ValueError(
+            f"{path} holds run {record['key']}, not {key}, the run {task}'s probes changed: "
+            f"restore that file, or name its run in PROBED_REFERENCE"
+        )
+    return record
 
 
 def read_probes(directory: str | os.PathLike, task: str, steps: int) -> dict[str, dict[str, Any]]:
@@ -121,7 +132,8 @@ def probe_bleu_difference(
     resamples: int = 1000,
     against: str | None = None,
 ) -> Interval:
-    """A translation probe's validation BLEU minus the shipped model's, paired over the sentences
+    """A translation probe's validation BLEU minus that of a system of a stored comparison (the
+    shipped model, or the run named by ``against``), paired over the sentences
     (``metrics.bleu_difference``, no decoding): ``probe`` is its stored record (its
     ``valid_bleu`` translations, or with ``averaged`` those of the mean of its kept evaluations'
     weights), ``shipped`` a stored comparison on the validation split whose first system is the
@@ -133,7 +145,7 @@ def probe_bleu_difference(
 
     decoded = (probe["averaged"] if averaged else probe)["valid_bleu"]
     if decoded["split"] != "valid" or shipped["split"] != "valid":
-        raise ValueError("a probe is read against the shipped model on the validation split only")
+        raise ValueError("a probe is read against another system on the validation split only")
     baseline = shipped["systems"][0]["translations"]
     if against is not None:
         systems = {system["record"]: system["translations"] for system in shipped["systems"]}
@@ -146,8 +158,9 @@ def probe_bleu_difference(
     system = decoded["translations"]
     if not len(system) == len(baseline) == len(references):
         raise ValueError(
-            f"probe {probe['probe']!r} decoded {len(system)} sentences, the shipped model "
-            f"{len(baseline)}, the split has {len(references)}: pair them on the same sentences"
+            f"probe {probe['probe']!r} decoded {len(system)} sentences, "
+            f"{against or 'the shipped model'} {len(baseline)}, the split has "
+            f"{len(references)}: pair them on the same sentences"
         )
     return bleu_difference(baseline, system, references, resamples=resamples)
 

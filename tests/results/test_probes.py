@@ -108,8 +108,24 @@ def test_the_probed_run_of_a_task_judged_on_its_cpu_run_is_that_run():
         and "CPU" in (cpu_run["provenance"]["device"])
     )
     assert read_probed_run(ROOT, "ptb")["key"] == PROBED_REFERENCE["ptb"]
-    with pytest.raises(KeyError, match="tasks with probes: tinyshakespeare, multi30k"):
+    with pytest.raises(ValueError, match="tasks with probes: tinyshakespeare, multi30k"):
         read_probed_run(ROOT, "wikitext-2")
+
+
+def test_a_missing_or_wrong_cpu_run_is_named_not_replaced_by_the_store(tmp_path):
+    """A checkout whose CPU-run file is missing, or holds another run, is refused with the file
+    named, rather than read from the results store under a key it does not hold."""
+    from annotated_transformer.results.probes import CPU_RUNS, PROBES_DIRECTORY
+
+    with pytest.raises(FileNotFoundError, match=r"cmn-eng-candidate-cpu-2000\.json"):
+        read_probed_run(tmp_path, "cmn-eng")
+    cpu_file = tmp_path / PROBES_DIRECTORY / CPU_RUNS["cmn-eng"]
+    cpu_file.parent.mkdir(parents=True)
+    cpu_file.write_text(json.dumps({"key": "cmn-eng-reference-seed0-000000000000"}))
+    with pytest.raises(ValueError, match="holds run cmn-eng-reference-seed0-000000000000, not"):
+        read_probed_run(tmp_path, "cmn-eng")
+    cpu_file.write_text(json.dumps({"key": PROBED_REFERENCE["cmn-eng"], "history": []}))
+    assert read_probed_run(tmp_path, "cmn-eng")["history"] == []
 
 
 @pytest.mark.parametrize("task", list(PROBED_REFERENCE))
@@ -141,10 +157,12 @@ def test_each_defined_lever_probe_resolves_to_the_probed_run_with_its_lever_chan
         assert changed == LEVER_SETTINGS[lever], lever
         if lever == "schedule":
             assert probe["steps"] == settings["train"]["max_steps"]
-        else:  # the reference's schedule, stopped early or at its end (cmn-eng's, best at its
-            # end): the curves compare update for update
+        elif task == "cmn-eng":  # the reference's schedule to its end, where that run was best
+            assert probe["steps"] == settings["train"]["max_steps"]
+            assert settings["train"]["max_steps"] == reference["train"]["max_steps"]
+        else:  # the reference's schedule, stopped early: the curves compare update for update
             assert (
-                settings["train"]["max_steps"] == reference["train"]["max_steps"] >= probe["steps"]
+                settings["train"]["max_steps"] == reference["train"]["max_steps"] > probe["steps"]
             )
 
 
@@ -221,6 +239,8 @@ def test_a_translation_probe_is_paired_with_the_shipped_model_on_its_stored_tran
     paired = {**shipped, "systems": [{"record": "gpu", "translations": shipped_lines}, cpu_run]}
     same = probe_bleu_difference(probe, paired, references, against="cpu", resamples=50)
     assert same.estimate == pytest.approx(0.0)  # the probe's last translations are that run's
+    first = probe_bleu_difference(probe, paired, references, against="gpu", resamples=50)
+    assert first.estimate == pytest.approx(difference.estimate)  # the named one, not the last
     assert probe_bleu_difference(probe, paired, references, resamples=50).estimate == (
         pytest.approx(difference.estimate)  # no name: the first system, as before
     )
