@@ -71,12 +71,12 @@ def read_probed_run(root: str | os.PathLike, task: str) -> dict[str, Any]:
     store = ResultsStore(Path(root) / "results")
     if task not in CPU_RUNS or store.path(key).is_file():
         return store.load(key)
+    record = read_cpu_run(root, task)
     path = Path(root) / PROBES_DIRECTORY / CPU_RUNS[task]
-    if not path.is_file():
+    if record is None:
         raise FileNotFoundError(
             f"run {key}, which {task}'s probes changed, is in neither {store.path(key)} nor {path}"
         )
-    record = json.loads(path.read_text(encoding="utf-8"))
     if record["key"] != key:
         raise ValueError(
             f"{path} holds run {record['key']}, not {key}, the run {task}'s probes changed: "
