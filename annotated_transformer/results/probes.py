@@ -175,6 +175,20 @@ def first_reaching(history: list[dict[str, Any]], level: float) -> int | None:
     return next((step for step, loss in evaluations(history) if loss <= level), None)
 
 
+def seconds_per_update(history: list[dict[str, Any]], start: int, end: int) -> float:
+    """A run's pace from update ``start`` to ``end``: the wall time its history logged at the two
+    updates, over the updates between them. Read past the first updates, which include start-up
+    work. ``ValueError`` naming the logged updates if either is not one of them."""
+    walls = {row["step"]: row["wall_time"] for row in history if "wall_time" in row}
+    missing = [step for step in (start, end) if step not in walls]
+    if missing or end <= start:
+        raise ValueError(
+            f"pace from update {start} to {end}: needs two logged updates, the first earlier; "
+            f"logged: {', '.join(map(str, sorted(walls)))}"
+        )
+    return (walls[end] - walls[start]) / (end - start)
+
+
 def lever_rows(
     probes: dict[str, dict[str, Any]],
     reference: list[dict[str, Any]],

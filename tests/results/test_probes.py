@@ -14,6 +14,7 @@ from annotated_transformer.results.probes import (
     lever_rows,
     read_probed_run,
     read_probes,
+    seconds_per_update,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,20 @@ def test_evaluations_and_the_first_to_reach_a_level():
     assert evaluations(rows) == [(200, 2.0), (400, 1.6), (600, 1.5), (800, 1.55)]
     assert first_reaching(rows, 1.6) == 400  # at or below
     assert first_reaching(rows, 1.4) is None
+
+
+def test_seconds_per_update_reads_the_pace_between_two_logged_updates():
+    rows = [
+        {"step": 25, "wall_time": 60.0},  # start-up: slow
+        {"step": 50, "wall_time": 90.0},
+        {"step": 100, "wall_time": 120.0},
+        {"step": 100, "eval_loss": 3.0},  # a row without a wall time is not read
+    ]
+    assert seconds_per_update(rows, 25, 50) == pytest.approx(1.2)
+    assert seconds_per_update(rows, 50, 100) == pytest.approx(0.6)
+    for start, end in ((50, 75), (100, 50)):
+        with pytest.raises(ValueError, match="logged: 25, 50, 100"):
+            seconds_per_update(rows, start, end)
 
 
 def test_lever_rows_compare_at_the_probes_stop_and_count_time_to_the_reference_level():
